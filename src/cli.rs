@@ -1,0 +1,149 @@
+//! The command line: `tidemark validate` and `tidemark simulate`.
+
+use crate::config;
+use crate::simulate;
+use crate::state::store::StateStore;
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// tidemark: event-time windows over Kafka, exactly once.
+#[derive(Debug, Parser)]
+#[command(name = "tidemark", version, about)]
+pub struct Cli {
+    /// Log format.
+    #[arg(
+        long,
+        global = true,
+        env = "TIDEMARK_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output formats.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check a pipeline file and print every problem found.
+    Validate {
+        /// The pipeline file (TOML).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Run a pipeline over a file of JSON events, without Kafka.
+    Simulate {
+        /// The pipeline file (TOML).
+        #[arg(long)]
+        config: PathBuf,
+        /// Events and control lines, one JSON object per line.
+        #[arg(long)]
+        input: PathBuf,
+        /// Where to write panes (default: standard output).
+        #[arg(long)]
+        output: Option<PathBuf>,
+        /// Where to write dead letters (default: standard error).
+        #[arg(long)]
+        dead_letter: Option<PathBuf>,
+        /// RocksDB directory for window state (default: a temporary directory, removed afterwards).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+}
+
+/// Sets up `tracing` logs on standard error.
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TIDEMARK_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn load_config(path: &Path) -> anyhow::Result<config::PipelineSpec> {
+    match config::load(path) {
+        Ok((spec, warnings)) => {
+            for w in warnings {
+                tracing::warn!("{}: {w}", path.display());
+            }
+            Ok(spec)
+        }
+        Err(e) => Err(anyhow::anyhow!("{}: {e}", path.display())),
+    }
+}
+
+/// Runs a parsed command line; the returned code is the process exit status.
+pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Validate { config: path } => match config::load(&path) {
+            Ok((spec, warnings)) => {
+                for w in &warnings {
+                    println!("warning: {w}");
+                }
+                println!("{}: ok (pipeline {:?})", path.display(), spec.name);
+                Ok(0)
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", path.display());
+                Ok(2)
+            }
+        },
+        Command::Simulate {
+            config: path,
+            input,
+            output,
+            dead_letter,
+            state_dir,
+        } => {
+            let spec = load_config(&path)?;
+            let tmp;
+            let dir = match state_dir {
+                Some(d) => d,
+                None => {
+                    tmp = tempfile::tempdir().context("creating a temporary state directory")?;
+                    tmp.path().to_path_buf()
+                }
+            };
+            let store = StateStore::open(&dir)
+                .with_context(|| format!("opening state in {}", dir.display()))?;
+            let reader = BufReader::new(
+                File::open(&input).with_context(|| format!("opening {}", input.display()))?,
+            );
+            let mut panes: Box<dyn Write> = match &output {
+                Some(p) => Box::new(BufWriter::new(
+                    File::create(p).with_context(|| format!("creating {}", p.display()))?,
+                )),
+                None => Box::new(BufWriter::new(std::io::stdout().lock())),
+            };
+            let mut dead: Box<dyn Write> = match &dead_letter {
+                Some(p) => Box::new(BufWriter::new(
+                    File::create(p).with_context(|| format!("creating {}", p.display()))?,
+                )),
+                None => Box::new(std::io::stderr()),
+            };
+            let s = simulate::run(&spec, &store, reader, &mut panes, &mut dead)?;
+            eprintln!(
+                "simulate: {} lines, {} events, {} panes, {} late, {} malformed",
+                s.lines, s.events, s.panes, s.late, s.malformed
+            );
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,793 @@
+//! Pipeline configuration: one TOML file per pipeline, overridable from the environment.
+//!
+//! Loading has three steps. The file is parsed into a TOML tree; environment variables named
+//! `TIDEMARK__SECTION__FIELD` (double underscores separate path segments, array items are
+//! numbered: `TIDEMARK__AGGREGATIONS__0__FIELD`) replace or add leaves of that tree; the tree is
+//! deserialized with serde into [`RawConfig`], which rejects unknown keys. Then
+//! [`RawConfig::validate`] checks every rule and reports *all* violations at once, or returns the
+//! typed [`PipelineSpec`] the engine runs, together with warnings.
+
+use crate::windowing::aggregate::{AggOp, AggSpec};
+use crate::windowing::assigner::WindowKind;
+use crate::windowing::time::{format_duration, parse_duration};
+use crate::windowing::trigger::{Accumulation, LateFiring, TriggerSpec};
+use serde::Deserialize;
+use std::fmt;
+use std::path::Path;
+
+/// Prefix of environment variables that override configuration leaves.
+pub const ENV_PREFIX: &str = "TIDEMARK__";
+
+/// The pipeline file as written, before validation.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// Pipeline name; part of every pane's deduplication id.
+    pub name: String,
+    /// How long window state is kept after the window's end for late data (default `"0s"`).
+    #[serde(default)]
+    pub allowed_lateness: Option<String>,
+    /// Where the key, timestamp and values are in an event.
+    pub input: RawInput,
+    /// The window.
+    pub window: RawWindow,
+    /// The watermark strategy.
+    #[serde(default)]
+    pub watermark: RawWatermark,
+    /// Early and late firings, and pane accumulation.
+    #[serde(default)]
+    pub trigger: RawTrigger,
+    /// The aggregations computed for every pane.
+    pub aggregations: Vec<RawAggregation>,
+}
+
+/// Where fields are in an input event.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawInput {
+    /// Input format; `"json"` for now.
+    #[serde(default = "default_format")]
+    pub format: String,
+    /// Dotted path of the grouping key (string or number).
+    pub key: String,
+    /// Dotted path of the event timestamp: epoch milliseconds or an RFC 3339 string.
+    pub timestamp: String,
+}
+
+fn default_format() -> String {
+    "json".to_string()
+}
+
+/// The window as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum RawWindow {
+    /// Fixed windows.
+    Tumbling {
+        /// Window length.
+        size: String,
+        /// Grid offset from the epoch.
+        #[serde(default)]
+        offset: Option<String>,
+    },
+    /// Hopping windows.
+    Sliding {
+        /// Window length.
+        size: String,
+        /// Distance between window starts.
+        slide: String,
+        /// Grid offset from the epoch.
+        #[serde(default)]
+        offset: Option<String>,
+    },
+    /// Per-key sessions.
+    Session {
+        /// Inactivity gap that closes a session.
+        gap: String,
+    },
+}
+
+/// The watermark strategy as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWatermark {
+    /// Watermark = max event time seen − this (default `"0s"`).
+    #[serde(default)]
+    pub max_out_of_orderness: Option<String>,
+    /// After this much processing time without data, the watermark follows processing time.
+    #[serde(default)]
+    pub idle_timeout: Option<String>,
+}
+
+/// The trigger as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTrigger {
+    /// Early firing delay, counted from the first element of the current pane.
+    #[serde(default)]
+    pub early_every: Option<String>,
+    /// `"every_element"` (default) or `"none"`.
+    #[serde(default)]
+    pub late: Option<String>,
+    /// `"accumulating"` (default) or `"discarding"`.
+    #[serde(default)]
+    pub accumulation: Option<String>,
+}
+
+/// One aggregation as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAggregation {
+    /// Output field name.
+    pub name: String,
+    /// `count`, `sum`, `min`, `max` or `mean`.
+    pub op: String,
+    /// Dotted path of the numeric input field (not for `count`).
+    #[serde(default)]
+    pub field: Option<String>,
+}
+
+/// The watermark strategy, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatermarkSpec {
+    /// Bound on out-of-orderness in milliseconds.
+    pub max_out_of_orderness: i64,
+    /// Idle timeout in milliseconds, if any.
+    pub idle_timeout: Option<i64>,
+}
+
+/// Where the key, timestamp and numeric values are in an event, as split field paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputSpec {
+    /// Key path segments.
+    pub key: Vec<String>,
+    /// Timestamp path segments.
+    pub timestamp: Vec<String>,
+    /// Distinct numeric field paths; aggregations refer to them by index.
+    pub fields: Vec<Vec<String>>,
+}
+
+/// A validated pipeline: everything the engine needs, in milliseconds and typed enums.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineSpec {
+    /// Pipeline name.
+    pub name: String,
+    /// Input field locations.
+    pub input: InputSpec,
+    /// The window.
+    pub window: WindowKind,
+    /// Allowed lateness in milliseconds.
+    pub allowed_lateness: i64,
+    /// The watermark strategy.
+    pub watermark: WatermarkSpec,
+    /// The trigger.
+    pub trigger: TriggerSpec,
+    /// The aggregations, in output order.
+    pub aggregations: Vec<AggSpec>,
+}
+
+/// One violated rule, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Dotted path of the offending field.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not TOML, or a key is unknown or of the wrong type.
+    #[error("{0}")]
+    Parse(String),
+    /// The configuration parsed but breaks rules; every violation is listed.
+    #[error("invalid configuration:\n{}", .0.iter().map(|v| format!("  - {v}")).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<Violation>),
+}
+
+/// Reads a pipeline file, applies `TIDEMARK__*` overrides from the process environment and
+/// deserializes it.
+pub fn load_raw(path: &Path) -> Result<RawConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    parse_raw(&text, std::env::vars())
+}
+
+/// Parses TOML text and applies overrides from `env` (pairs of name and value).
+pub fn parse_raw(
+    text: &str,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<RawConfig, ConfigError> {
+    let mut tree: toml::Table =
+        toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+    let mut overrides: Vec<(String, String)> = env
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+        .collect();
+    overrides.sort();
+    for (name, value) in overrides {
+        apply_override(&mut tree, &name, &value)?;
+    }
+    RawConfig::deserialize(toml::Value::Table(tree))
+        .map_err(|e| ConfigError::Parse(format!("configuration: {e}")))
+}
+
+/// Loads, validates and returns the pipeline with its warnings.
+pub fn load(path: &Path) -> Result<(PipelineSpec, Vec<String>), ConfigError> {
+    load_raw(path)?.validate()
+}
+
+fn apply_override(tree: &mut toml::Table, name: &str, value: &str) -> Result<(), ConfigError> {
+    let path: Vec<String> = name[ENV_PREFIX.len()..]
+        .split("__")
+        .map(|s| s.to_ascii_lowercase())
+        .collect();
+    if path.iter().any(|s| s.is_empty()) {
+        return Err(ConfigError::Parse(format!(
+            "environment override {name}: empty path segment"
+        )));
+    }
+    // A value that parses as a TOML scalar keeps its type; anything else is a string.
+    let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_string()));
+    let mut node = tree;
+    for (i, seg) in path.iter().enumerate() {
+        let last = i + 1 == path.len();
+        if last {
+            node.insert(seg.clone(), parsed);
+            return Ok(());
+        }
+        let next_is_index = path[i + 1].parse::<usize>().is_ok();
+        let entry = node
+            .entry(seg.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if next_is_index {
+            let idx: usize = path[i + 1].parse().expect("checked");
+            let arr = entry.as_array_mut().ok_or_else(|| {
+                ConfigError::Parse(format!(
+                    "environment override {name}: {seg} is not an array"
+                ))
+            })?;
+            let item = arr.get_mut(idx).ok_or_else(|| {
+                ConfigError::Parse(format!(
+                    "environment override {name}: {seg} has no item {idx}"
+                ))
+            })?;
+            let rest: Vec<String> = path[i + 2..].to_vec();
+            let table = item.as_table_mut().ok_or_else(|| {
+                ConfigError::Parse(format!(
+                    "environment override {name}: {seg}[{idx}] is not a table"
+                ))
+            })?;
+            if rest.is_empty() {
+                return Err(ConfigError::Parse(format!(
+                    "environment override {name}: cannot replace a whole array item"
+                )));
+            }
+            let sub = format!("{ENV_PREFIX}{}", rest.join("__"));
+            return apply_override(table, &sub, value);
+        }
+        node = entry.as_table_mut().ok_or_else(|| {
+            ConfigError::Parse(format!("environment override {name}: {seg} is not a table"))
+        })?;
+    }
+    Ok(())
+}
+
+/// Collects violations while validating.
+struct Checker {
+    violations: Vec<Violation>,
+    warnings: Vec<String>,
+}
+
+impl Checker {
+    fn fail(&mut self, field: &str, message: impl Into<String>) {
+        self.violations.push(Violation {
+            field: field.to_string(),
+            message: message.into(),
+        });
+    }
+
+    /// Parses a duration, recording a violation; `positive` also rejects zero.
+    fn duration(
+        &mut self,
+        field: &str,
+        raw: Option<&str>,
+        default: i64,
+        positive: bool,
+    ) -> Option<i64> {
+        let Some(raw) = raw else { return Some(default) };
+        match parse_duration(raw) {
+            Ok(0) if positive => {
+                self.fail(field, format!("must be longer than zero, got {raw:?}"));
+                None
+            }
+            Ok(ms) => Some(ms),
+            Err(e) => {
+                self.fail(field, e.to_string());
+                None
+            }
+        }
+    }
+
+    fn path(&mut self, field: &str, raw: &str) -> Vec<String> {
+        let segs: Vec<String> = raw.split('.').map(str::to_string).collect();
+        if raw.is_empty() || segs.iter().any(|s| s.is_empty()) {
+            self.fail(field, format!("field path {raw:?} has an empty segment"));
+        }
+        segs
+    }
+}
+
+/// Output fields every pane has; aggregation names must not reuse them.
+pub const RESERVED_PANE_FIELDS: [&str; 7] = [
+    "key",
+    "window_start",
+    "window_end",
+    "timing",
+    "pane_index",
+    "dedup_id",
+    "count",
+];
+
+impl RawConfig {
+    /// Checks every rule and returns the typed pipeline with warnings, or every violation.
+    pub fn validate(&self) -> Result<(PipelineSpec, Vec<String>), ConfigError> {
+        let mut c = Checker {
+            violations: Vec::new(),
+            warnings: Vec::new(),
+        };
+        if self.name.trim().is_empty() {
+            c.fail("name", "must not be empty");
+        }
+        if self.input.format != "json" {
+            c.fail(
+                "input.format",
+                format!(
+                    "unsupported format {:?}: only \"json\" is available",
+                    self.input.format
+                ),
+            );
+        }
+        let key = c.path("input.key", &self.input.key);
+        let timestamp = c.path("input.timestamp", &self.input.timestamp);
+
+        let window = self.validate_window(&mut c);
+        let allowed_lateness = c.duration(
+            "allowed_lateness",
+            self.allowed_lateness.as_deref(),
+            0,
+            false,
+        );
+        let ooo = c.duration(
+            "watermark.max_out_of_orderness",
+            self.watermark.max_out_of_orderness.as_deref(),
+            0,
+            false,
+        );
+        let idle = match &self.watermark.idle_timeout {
+            None => Some(None),
+            Some(raw) => c
+                .duration("watermark.idle_timeout", Some(raw), 0, true)
+                .map(Some),
+        };
+        let early = match &self.trigger.early_every {
+            None => Some(None),
+            Some(raw) => c
+                .duration("trigger.early_every", Some(raw), 0, true)
+                .map(Some),
+        };
+        let late = match self.trigger.late.as_deref() {
+            None | Some("every_element") => Some(LateFiring::EveryElement),
+            Some("none") => Some(LateFiring::None),
+            Some(other) => {
+                c.fail(
+                    "trigger.late",
+                    format!("must be \"every_element\" or \"none\", got {other:?}"),
+                );
+                None
+            }
+        };
+        let accumulation = match self.trigger.accumulation.as_deref() {
+            None | Some("accumulating") => Some(Accumulation::Accumulating),
+            Some("discarding") => Some(Accumulation::Discarding),
+            Some(other) => {
+                c.fail(
+                    "trigger.accumulation",
+                    format!("must be \"accumulating\" or \"discarding\", got {other:?}"),
+                );
+                None
+            }
+        };
+
+        let mut fields: Vec<Vec<String>> = Vec::new();
+        let mut aggregations = Vec::new();
+        if self.aggregations.is_empty() {
+            c.fail("aggregations", "at least one aggregation is required");
+        }
+        for (i, agg) in self.aggregations.iter().enumerate() {
+            let at = format!("aggregations[{i}]");
+            if agg.name.is_empty() {
+                c.fail(&format!("{at}.name"), "must not be empty");
+            } else if RESERVED_PANE_FIELDS.contains(&agg.name.as_str()) {
+                c.fail(
+                    &format!("{at}.name"),
+                    format!(
+                        "{:?} is a built-in pane field; choose another name",
+                        agg.name
+                    ),
+                );
+            } else if self.aggregations[..i].iter().any(|a| a.name == agg.name) {
+                c.fail(
+                    &format!("{at}.name"),
+                    format!("duplicate output name {:?}", agg.name),
+                );
+            }
+            let op = match agg.op.as_str() {
+                "count" => Some(AggOp::Count),
+                "sum" => Some(AggOp::Sum),
+                "min" => Some(AggOp::Min),
+                "max" => Some(AggOp::Max),
+                "mean" | "avg" => Some(AggOp::Mean),
+                other => {
+                    c.fail(
+                        &format!("{at}.op"),
+                        format!("unknown operation {other:?}: use count, sum, min, max or mean"),
+                    );
+                    None
+                }
+            };
+            let field = match (op, &agg.field) {
+                (Some(AggOp::Count), Some(_)) => {
+                    c.fail(&format!("{at}.field"), "count takes no field");
+                    None
+                }
+                (Some(AggOp::Count), None) | (None, _) => None,
+                (Some(_), None) => {
+                    c.fail(
+                        &format!("{at}.field"),
+                        format!("{} needs a numeric field", agg.op),
+                    );
+                    None
+                }
+                (Some(_), Some(path)) => {
+                    let segs = c.path(&format!("{at}.field"), path);
+                    let idx = fields.iter().position(|f| *f == segs).unwrap_or_else(|| {
+                        fields.push(segs);
+                        fields.len() - 1
+                    });
+                    Some(idx)
+                }
+            };
+            if let Some(op) = op {
+                aggregations.push(AggSpec {
+                    name: agg.name.clone(),
+                    op,
+                    field,
+                });
+            }
+        }
+
+        if let (Some(WindowKind::Sliding { size, slide, .. }), Some(Some(_))) = (window, early) {
+            c.warnings.push(format!(
+                "sliding window with early firings: every window keeps its own state (size/slide = {} copies per event), not shared slices",
+                size / slide
+            ));
+        }
+
+        if !c.violations.is_empty() {
+            return Err(ConfigError::Invalid(c.violations));
+        }
+        let (
+            Some(window),
+            Some(allowed_lateness),
+            Some(ooo),
+            Some(idle),
+            Some(early),
+            Some(late),
+            Some(accumulation),
+        ) = (
+            window,
+            allowed_lateness,
+            ooo,
+            idle,
+            early,
+            late,
+            accumulation,
+        )
+        else {
+            unreachable!("every None above recorded a violation")
+        };
+        Ok((
+            PipelineSpec {
+                name: self.name.clone(),
+                input: InputSpec {
+                    key,
+                    timestamp,
+                    fields,
+                },
+                window,
+                allowed_lateness,
+                watermark: WatermarkSpec {
+                    max_out_of_orderness: ooo,
+                    idle_timeout: idle,
+                },
+                trigger: TriggerSpec {
+                    early_every: early,
+                    late,
+                    accumulation,
+                },
+                aggregations,
+            },
+            c.warnings,
+        ))
+    }
+
+    fn validate_window(&self, c: &mut Checker) -> Option<WindowKind> {
+        match &self.window {
+            RawWindow::Tumbling { size, offset } => {
+                let size = c.duration("window.size", Some(size), 0, true);
+                let offset = c.duration("window.offset", offset.as_deref(), 0, false);
+                let (size, offset) = (size?, offset?);
+                if offset >= size {
+                    c.fail(
+                        "window.offset",
+                        format!("must be shorter than the size ({})", format_duration(size)),
+                    );
+                    return None;
+                }
+                Some(WindowKind::Tumbling { size, offset })
+            }
+            RawWindow::Sliding {
+                size,
+                slide,
+                offset,
+            } => {
+                let size = c.duration("window.size", Some(size), 0, true);
+                let slide = c.duration("window.slide", Some(slide), 0, true);
+                let offset = c.duration("window.offset", offset.as_deref(), 0, false);
+                let (size, slide, offset) = (size?, slide?, offset?);
+                if slide > size {
+                    c.fail(
+                        "window.slide",
+                        format!(
+                            "slide ({}) is longer than size ({}): events would fall between windows",
+                            format_duration(slide),
+                            format_duration(size)
+                        ),
+                    );
+                    return None;
+                }
+                if offset >= slide {
+                    c.fail(
+                        "window.offset",
+                        format!(
+                            "must be shorter than the slide ({})",
+                            format_duration(slide)
+                        ),
+                    );
+                    return None;
+                }
+                if size / slide > 100 {
+                    c.warnings.push(format!(
+                        "window.slide: size/slide = {}: every event is in that many windows and every key emits a pane per slide",
+                        size / slide
+                    ));
+                }
+                Some(WindowKind::Sliding {
+                    size,
+                    slide,
+                    offset,
+                })
+            }
+            RawWindow::Session { gap } => {
+                let gap = c.duration("window.gap", Some(gap), 0, true)?;
+                Some(WindowKind::Session { gap })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "clicks"
+allowed_lateness = "1m"
+[input]
+key = "user.id"
+timestamp = "ts"
+[window]
+type = "sliding"
+size = "10m"
+slide = "1m"
+[watermark]
+max_out_of_orderness = "5s"
+idle_timeout = "30s"
+[trigger]
+early_every = "10s"
+late = "none"
+accumulation = "discarding"
+[[aggregations]]
+name = "n"
+op = "count"
+[[aggregations]]
+name = "revenue"
+op = "sum"
+field = "amount"
+[[aggregations]]
+name = "avg"
+op = "mean"
+field = "amount"
+"#;
+
+    fn no_env() -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    #[test]
+    fn a_full_config_validates() {
+        let (spec, warnings) = parse_raw(GOOD, no_env()).unwrap().validate().unwrap();
+        assert_eq!(
+            spec.window,
+            WindowKind::Sliding {
+                size: 600_000,
+                slide: 60_000,
+                offset: 0
+            }
+        );
+        assert_eq!(spec.allowed_lateness, 60_000);
+        assert_eq!(spec.input.key, vec!["user", "id"]);
+        assert_eq!(spec.input.fields, vec![vec!["amount".to_string()]]);
+        assert_eq!(spec.aggregations[2].field, Some(0));
+        assert_eq!(spec.trigger.late, LateFiring::None);
+        assert_eq!(spec.watermark.idle_timeout, Some(30_000));
+        assert_eq!(
+            warnings.len(),
+            1,
+            "sliding + early firings warns: {warnings:?}"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_their_name() {
+        let text = GOOD.replace("[window]\n", "[window]\nsizee = \"1m\"\n");
+        let err = parse_raw(&text, no_env()).unwrap_err().to_string();
+        assert!(err.contains("sizee"), "{err}");
+        let text = format!("colour = \"blue\"\n{GOOD}");
+        let err = parse_raw(&text, no_env()).unwrap_err().to_string();
+        assert!(err.contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn every_violation_is_listed_at_once() {
+        let text = r#"
+name = "x"
+allowed_lateness = "-1s"
+[input]
+key = "k"
+timestamp = "ts"
+[window]
+type = "sliding"
+size = "1m"
+slide = "2m"
+[watermark]
+max_out_of_orderness = "-5s"
+[trigger]
+early_every = "0s"
+[[aggregations]]
+name = "total"
+op = "sum"
+"#;
+        let err = parse_raw(text, no_env()).unwrap().validate().unwrap_err();
+        let ConfigError::Invalid(v) = err else {
+            panic!("expected violations")
+        };
+        let fields: Vec<&str> = v.iter().map(|v| v.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            vec![
+                "window.slide",
+                "allowed_lateness",
+                "watermark.max_out_of_orderness",
+                "trigger.early_every",
+                "aggregations[0].field"
+            ],
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn calendar_units_and_zero_sizes_are_rejected() {
+        for (window, field) in [
+            ("type = \"tumbling\"\nsize = \"1mo\"", "window.size"),
+            ("type = \"tumbling\"\nsize = \"0s\"", "window.size"),
+            ("type = \"session\"\ngap = \"1y\"", "window.gap"),
+            (
+                "type = \"sliding\"\nsize = \"1h\"\nslide = \"0ms\"",
+                "window.slide",
+            ),
+        ] {
+            let text = format!(
+                "name = \"x\"\n[input]\nkey = \"k\"\ntimestamp = \"t\"\n[window]\n{window}\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n"
+            );
+            let err = parse_raw(&text, no_env()).unwrap().validate().unwrap_err();
+            let ConfigError::Invalid(v) = err else {
+                panic!()
+            };
+            assert_eq!(v[0].field, field, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn large_size_to_slide_ratio_warns() {
+        let text = GOOD
+            .replace("early_every = \"10s\"\n", "")
+            .replace("slide = \"1m\"", "slide = \"1s\"");
+        let (_, warnings) = parse_raw(&text, no_env()).unwrap().validate().unwrap();
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("600"), "{warnings:?}");
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let env = vec![
+            ("TIDEMARK__WINDOW__SIZE".to_string(), "20m".to_string()),
+            (
+                "TIDEMARK__AGGREGATIONS__1__FIELD".to_string(),
+                "price".to_string(),
+            ),
+            ("TIDEMARK__NAME".to_string(), "renamed".to_string()),
+            ("UNRELATED".to_string(), "1".to_string()),
+        ];
+        let (spec, _) = parse_raw(GOOD, env).unwrap().validate().unwrap();
+        assert_eq!(spec.name, "renamed");
+        assert_eq!(
+            spec.window,
+            WindowKind::Sliding {
+                size: 1_200_000,
+                slide: 60_000,
+                offset: 0
+            }
+        );
+        assert_eq!(spec.input.fields[0], vec!["price".to_string()]);
+        // An override naming an unknown key is an unknown key.
+        let env = vec![("TIDEMARK__WINDOW__BOGUS".to_string(), "1".to_string())];
+        assert!(parse_raw(GOOD, env)
+            .unwrap_err()
+            .to_string()
+            .contains("bogus"));
+    }
+
+    #[test]
+    fn reserved_and_duplicate_names_are_rejected() {
+        let text = GOOD
+            .replace("name = \"n\"", "name = \"count\"")
+            .replace("name = \"avg\"", "name = \"revenue\"");
+        let ConfigError::Invalid(v) = parse_raw(&text, no_env()).unwrap().validate().unwrap_err()
+        else {
+            panic!()
+        };
+        assert_eq!(v.len(), 2, "{v:?}");
+    }
+}

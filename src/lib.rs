@@ -1,0 +1,32 @@
+//! tidemark: a Kafka-native stream processor for event-time windows, whose results reach their sinks
+//! exactly once.
+//!
+//! # Map of the modules
+//!
+//! * [`config`] — the pipeline file (TOML), environment overrides, and `validate()`, which lists
+//!   every violation at once.
+//! * [`record`] — decoding input records (JSON) into the engine's [`record::Event`].
+//! * [`windowing`] — the pure, deterministic core: time arithmetic, window assigners, watermarks,
+//!   triggers, mergeable aggregates and the [`windowing::engine::Engine`] that fires panes. It knows
+//!   nothing about Kafka, so it runs the same from a file, in tests and in `simulate`.
+//! * [`state`] — window state in RocksDB: the order-preserving key encoding, the store (column
+//!   families per operator and partition), and the typed write-back cache with timer indexes.
+//! * [`sink`] — encodings of panes and dead letters.
+//! * [`simulate`] — `tidemark simulate`: a pipeline over a file of events and control lines.
+//! * [`audit`] — `tidemark audit`: resolves transactions from a topic's raw log and checks panes for
+//!   duplicates and gaps, without trusting the broker to hide aborted records.
+//! * [`cli`] — the command line (`validate`, `simulate`).
+//!
+//! ARCHITECTURE.md describes how the pieces fit and the invariants they keep.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod audit;
+pub mod cli;
+pub mod config;
+pub mod record;
+pub mod simulate;
+pub mod sink;
+pub mod state;
+pub mod windowing;

@@ -1,0 +1,640 @@
+//! A partition's window state: a typed write-back cache over one RocksDB column family, plus the
+//! timer indexes that drive firing.
+//!
+//! Per-event updates change [`KeyState`]s in memory and mark the touched entries dirty. A flush
+//! ([`PartitionState::take_changes`] then [`PartitionState::write`]) turns the dirty entries into
+//! one list of changes — the full current value of every changed entry, or a tombstone — which is
+//! both the RocksDB WriteBatch and the changelog. Nothing reaches RocksDB between flushes.
+//!
+//! Timers are derived state: the event-time index holds one timer per window (its end while the
+//! on-time pane is pending, then end + allowed lateness for expiry) and one per sliced key; the
+//! processing-time index holds pending early firings. Both are ordered sets, so firing is a range
+//! scan up to the watermark (or clock). They are rebuilt from the column family when a partition is
+//! opened, so they are never written to RocksDB or the changelog.
+
+use super::keys::{self, StateKey, TAG_CURSOR, TAG_SLICE, TAG_WINDOW};
+use super::store::{StateStore, StoreError, StoredOffsets};
+use crate::windowing::aggregate::Acc;
+use crate::windowing::assigner::Window;
+use rocksdb::{Direction, IteratorMode, WriteBatch};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Kinds of event-time timers, in the order they run when due at the same time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TimerKind {
+    /// Fire a window's ON_TIME pane.
+    Fire = 0,
+    /// Delete a window's state (end + allowed lateness).
+    Expire = 1,
+    /// Service a sliced key: fire its next window and expire old slices.
+    KeyService = 2,
+}
+
+/// One timer: due at `time`; ordered by time, then kind, key and window.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timer {
+    /// When the timer is due.
+    pub time: i64,
+    /// What it does.
+    pub kind: TimerKind,
+    /// The grouping key.
+    pub key: String,
+    /// The window (for `KeyService`, `[0, 0)`).
+    pub window: Window,
+}
+
+/// State of one window of one key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WinState {
+    /// Everything in the window.
+    pub total: Acc,
+    /// What arrived since the previous pane (kept only in discarding mode).
+    pub pane: Acc,
+    /// Index of the next pane.
+    pub next_pane: u32,
+    /// Whether the watermark has passed the end (the ON_TIME point is behind us).
+    pub on_time_done: bool,
+    /// Processing time at which an early pane is due.
+    pub early_deadline: Option<i64>,
+    /// Content of the last emitted pane (sessions only, for retractions).
+    pub last_emitted: Option<Acc>,
+}
+
+impl WinState {
+    /// A new, empty window state.
+    pub fn new(on_time_done: bool) -> WinState {
+        WinState {
+            total: Acc::default(),
+            pane: Acc::default(),
+            next_pane: 0,
+            on_time_done,
+            early_deadline: None,
+            last_emitted: None,
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32);
+        let flags = (self.on_time_done as u8)
+            | ((self.early_deadline.is_some() as u8) << 1)
+            | ((self.last_emitted.is_some() as u8) << 2);
+        out.push(1); // version
+        out.push(flags);
+        out.extend_from_slice(&self.next_pane.to_le_bytes());
+        if let Some(d) = self.early_deadline {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        self.total.encode(&mut out);
+        self.pane.encode(&mut out);
+        if let Some(l) = &self.last_emitted {
+            l.encode(&mut out);
+        }
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<WinState> {
+        let (&version, rest) = bytes.split_first()?;
+        if version != 1 {
+            return None;
+        }
+        let (&flags, rest) = rest.split_first()?;
+        let next_pane = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?);
+        let mut rest = &rest[4..];
+        let early_deadline = if flags & 2 != 0 {
+            let d = i64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
+            rest = &rest[8..];
+            Some(d)
+        } else {
+            None
+        };
+        let (total, rest) = Acc::decode(rest)?;
+        let (pane, rest) = Acc::decode(rest)?;
+        let (last_emitted, rest) = if flags & 4 != 0 {
+            let (a, r) = Acc::decode(rest)?;
+            (Some(a), r)
+        } else {
+            (None, rest)
+        };
+        if !rest.is_empty() {
+            return None;
+        }
+        Some(WinState {
+            total,
+            pane,
+            next_pane,
+            on_time_done: flags & 1 != 0,
+            early_deadline,
+            last_emitted,
+        })
+    }
+}
+
+/// A running aggregate over the last fired sliced window (not persisted; rebuilt on demand).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Running {
+    /// End of the window the aggregate describes.
+    pub end: i64,
+    /// Slices at or after `lo` (and before `end`) are included.
+    pub lo: i64,
+    /// The aggregate.
+    pub acc: Acc,
+    /// Incremental moves since the last full recomputation.
+    pub advances: u32,
+}
+
+/// Per-key bookkeeping of sliced sliding windows.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Cursor {
+    /// End of the next window with data whose ON_TIME pane is pending.
+    pub next_fire: Option<i64>,
+    /// Next pane index of windows that emitted LATE panes, by window end.
+    pub late_panes: BTreeMap<i64, u32>,
+    /// Running aggregate (memory only).
+    pub running: Option<Running>,
+    /// Time of the key's scheduled service timer (memory only).
+    pub scheduled: Option<i64>,
+}
+
+impl Cursor {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 + self.late_panes.len() * 12);
+        out.push(1);
+        match self.next_fire {
+            Some(t) => {
+                out.push(1);
+                out.extend_from_slice(&t.to_le_bytes());
+            }
+            None => out.push(0),
+        }
+        out.extend_from_slice(&(self.late_panes.len() as u32).to_le_bytes());
+        for (end, idx) in &self.late_panes {
+            out.extend_from_slice(&end.to_le_bytes());
+            out.extend_from_slice(&idx.to_le_bytes());
+        }
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Cursor> {
+        let (&1, rest) = bytes.split_first()? else {
+            return None;
+        };
+        let (&has, mut rest) = rest.split_first()?;
+        let next_fire = if has == 1 {
+            let t = i64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
+            rest = &rest[8..];
+            Some(t)
+        } else {
+            None
+        };
+        let n = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+        rest = &rest[4..];
+        let mut late_panes = BTreeMap::new();
+        for _ in 0..n {
+            let end = i64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
+            let idx = u32::from_le_bytes(rest.get(8..12)?.try_into().ok()?);
+            late_panes.insert(end, idx);
+            rest = &rest[12..];
+        }
+        rest.is_empty().then_some(Cursor {
+            next_fire,
+            late_panes,
+            running: None,
+            scheduled: None,
+        })
+    }
+}
+
+/// All state of one grouping key in one partition.
+#[derive(Debug, Clone, Default)]
+pub struct KeyState {
+    /// Per-window state (tumbling, per-window sliding, sessions).
+    pub windows: BTreeMap<Window, WinState>,
+    /// Slices of sliced sliding windows, by slice start.
+    pub slices: BTreeMap<i64, Acc>,
+    /// Cursor of sliced sliding windows.
+    pub cursor: Option<Cursor>,
+    dirty_windows: BTreeSet<Window>,
+    dirty_slices: BTreeSet<i64>,
+    dirty_cursor: bool,
+    listed: bool,
+}
+
+impl KeyState {
+    /// Whether the key holds no state at all.
+    pub fn is_empty(&self) -> bool {
+        self.windows.is_empty() && self.slices.is_empty() && self.cursor.is_none()
+    }
+}
+
+/// One change to persist: the encoded state key and the new value, or `None` for a tombstone.
+pub type Change = (Vec<u8>, Option<Vec<u8>>);
+
+/// The dirty entries of one flush, in key order.
+#[derive(Debug, Default, Clone)]
+pub struct Changes {
+    /// Encoded key and new value (or tombstone) per changed entry.
+    pub entries: Vec<Change>,
+}
+
+/// Default number of keys kept in memory before clean entries are evicted after a flush.
+pub const DEFAULT_CACHE_KEYS: usize = 2_000_000;
+
+/// The write-back cache and timer indexes of one operator partition.
+pub struct PartitionState {
+    store: StateStore,
+    cf: String,
+    keys: FxHashMap<String, KeyState>,
+    dirty_keys: Vec<String>,
+    /// True while every entry of the column family is in `keys`, so a miss means "absent".
+    complete: bool,
+    max_keys: usize,
+    event_timers: BTreeSet<Timer>,
+    proc_timers: BTreeSet<(i64, String, Window)>,
+}
+
+impl std::fmt::Debug for PartitionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionState")
+            .field("cf", &self.cf)
+            .field("keys", &self.keys.len())
+            .finish()
+    }
+}
+
+/// Hooks that compute derived timers from loaded state; supplied by the engine.
+pub trait TimerRules {
+    /// The event-time timer of a window state (there is always exactly one).
+    fn window_timer(&self, window: &Window, st: &WinState) -> (i64, TimerKind);
+    /// The service time of a sliced key, if it needs one.
+    fn key_service_time(&self, ks: &KeyState) -> Option<i64>;
+}
+
+impl PartitionState {
+    /// Opens operator `operator`'s partition `partition`: loads its column family into memory (up to
+    /// `max_keys` keys) and rebuilds the timer indexes.
+    pub fn open(
+        store: &StateStore,
+        operator: &str,
+        partition: i32,
+        max_keys: usize,
+        rules: &dyn TimerRules,
+    ) -> Result<PartitionState, StoreError> {
+        let cf = StateStore::cf_name(operator, partition);
+        store.ensure_cf(&cf)?;
+        let mut st = PartitionState {
+            store: store.clone(),
+            cf,
+            keys: FxHashMap::default(),
+            dirty_keys: Vec::new(),
+            complete: true,
+            max_keys,
+            event_timers: BTreeSet::new(),
+            proc_timers: BTreeSet::new(),
+        };
+        st.load_all(rules)?;
+        Ok(st)
+    }
+
+    fn corrupt(&self, detail: impl Into<String>) -> StoreError {
+        StoreError::Corrupt {
+            cf: self.cf.clone(),
+            detail: detail.into(),
+        }
+    }
+
+    fn load_all(&mut self, rules: &dyn TimerRules) -> Result<(), StoreError> {
+        let db = self.store.db();
+        let handle = db
+            .cf_handle(&self.cf)
+            .ok_or_else(|| StoreError::MissingCf(self.cf.clone()))?;
+        // Keys whose state was not kept in memory still need their timers: gather them per key.
+        let mut partial: FxHashMap<String, KeyState> = FxHashMap::default();
+        for item in db.iterator_cf(&handle, IteratorMode::Start) {
+            let (k, v) = item?;
+            let decoded = keys::decode_state_key(&k).map_err(|e| self.corrupt(e.to_string()))?;
+            let key = match &decoded {
+                StateKey::Window { key, .. }
+                | StateKey::Slice { key, .. }
+                | StateKey::Cursor { key } => key.clone(),
+            };
+            let in_memory = self.keys.contains_key(&key) || self.keys.len() < self.max_keys;
+            if !in_memory {
+                self.complete = false;
+            }
+            let ks = if in_memory {
+                self.keys.entry(key).or_default()
+            } else {
+                partial.entry(key).or_default()
+            };
+            apply_entry(ks, decoded, &v).ok_or_else(|| StoreError::Corrupt {
+                cf: self.cf.clone(),
+                detail: "undecodable value".into(),
+            })?;
+        }
+        let mut event_timers = BTreeSet::new();
+        let mut proc_timers = BTreeSet::new();
+        for (key, ks) in self.keys.iter().chain(partial.iter()) {
+            index_key(&mut event_timers, &mut proc_timers, key, ks, rules);
+        }
+        self.event_timers = event_timers;
+        self.proc_timers = proc_timers;
+        for ks in self.keys.values_mut() {
+            let t = rules.key_service_time(ks);
+            if let Some(c) = ks.cursor.as_mut() {
+                c.scheduled = t;
+            }
+        }
+        Ok(())
+    }
+
+    /// The column family name.
+    pub fn cf(&self) -> &str {
+        &self.cf
+    }
+
+    /// The store this partition lives in.
+    pub fn store(&self) -> &StateStore {
+        &self.store
+    }
+
+    /// Number of keys held in memory.
+    pub fn cached_keys(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Number of pending event-time timers (one per open window or sliced key).
+    pub fn pending_timers(&self) -> usize {
+        self.event_timers.len()
+    }
+
+    /// The state of `key`, loading it from RocksDB on a miss; marks the key dirty.
+    pub fn key_mut(
+        &mut self,
+        key: &str,
+        rules: &dyn TimerRules,
+    ) -> Result<&mut KeyState, StoreError> {
+        if !self.keys.contains_key(key) {
+            let ks = if self.complete {
+                KeyState::default()
+            } else {
+                self.load_key(key, rules)?
+            };
+            self.keys.insert(key.to_string(), ks);
+        }
+        let ks = self.keys.get_mut(key).expect("inserted above");
+        if !ks.listed {
+            ks.listed = true;
+            self.dirty_keys.push(key.to_string());
+        }
+        Ok(ks)
+    }
+
+    fn load_key(&self, key: &str, rules: &dyn TimerRules) -> Result<KeyState, StoreError> {
+        let db = self.store.db();
+        let handle = db
+            .cf_handle(&self.cf)
+            .ok_or_else(|| StoreError::MissingCf(self.cf.clone()))?;
+        let mut ks = KeyState::default();
+        for tag in [TAG_WINDOW, TAG_SLICE, TAG_CURSOR] {
+            let prefix = keys::key_prefix(tag, key);
+            for item in db.iterator_cf(&handle, IteratorMode::From(&prefix, Direction::Forward)) {
+                let (k, v) = item?;
+                if !k.starts_with(&prefix) {
+                    break;
+                }
+                let decoded =
+                    keys::decode_state_key(&k).map_err(|e| self.corrupt(e.to_string()))?;
+                apply_entry(&mut ks, decoded, &v)
+                    .ok_or_else(|| self.corrupt("undecodable value"))?;
+            }
+        }
+        // A loaded cursor's timer is already in the index, computed from this same stored state.
+        let t = rules.key_service_time(&ks);
+        if let Some(c) = ks.cursor.as_mut() {
+            c.scheduled = t;
+        }
+        Ok(ks)
+    }
+
+    /// Marks a window entry of `key` dirty (call after changing or removing it).
+    pub fn touch_window(ks: &mut KeyState, w: Window) {
+        ks.dirty_windows.insert(w);
+    }
+
+    /// Marks a slice entry dirty.
+    pub fn touch_slice(ks: &mut KeyState, start: i64) {
+        ks.dirty_slices.insert(start);
+    }
+
+    /// Marks the cursor dirty.
+    pub fn touch_cursor(ks: &mut KeyState) {
+        ks.dirty_cursor = true;
+    }
+
+    /// Replaces a window's event-time timer.
+    pub fn set_event_timer(
+        &mut self,
+        key: &str,
+        w: Window,
+        old: Option<(i64, TimerKind)>,
+        new: Option<(i64, TimerKind)>,
+    ) {
+        if old == new {
+            return;
+        }
+        if let Some((time, kind)) = old {
+            self.event_timers.remove(&Timer {
+                time,
+                kind,
+                key: key.to_string(),
+                window: w,
+            });
+        }
+        if let Some((time, kind)) = new {
+            self.event_timers.insert(Timer {
+                time,
+                kind,
+                key: key.to_string(),
+                window: w,
+            });
+        }
+    }
+
+    /// Replaces a window's processing-time (early firing) timer.
+    pub fn set_proc_timer(&mut self, key: &str, w: Window, old: Option<i64>, new: Option<i64>) {
+        if old == new {
+            return;
+        }
+        if let Some(t) = old {
+            self.proc_timers.remove(&(t, key.to_string(), w));
+        }
+        if let Some(t) = new {
+            self.proc_timers.insert((t, key.to_string(), w));
+        }
+    }
+
+    /// Removes and returns the earliest event-time timer due at or before `wm`.
+    pub fn pop_event_timer(&mut self, wm: i64) -> Option<Timer> {
+        if self.event_timers.first()?.time <= wm {
+            self.event_timers.pop_first()
+        } else {
+            None
+        }
+    }
+
+    /// Removes and returns the earliest processing-time timer due at or before `now`.
+    pub fn pop_proc_timer(&mut self, now: i64) -> Option<(i64, String, Window)> {
+        if self.proc_timers.first()?.0 <= now {
+            self.proc_timers.pop_first()
+        } else {
+            None
+        }
+    }
+
+    /// Collects every dirty entry as a change (value or tombstone) and marks everything clean.
+    pub fn take_changes(&mut self) -> Changes {
+        let mut entries = Vec::new();
+        let dirty = std::mem::take(&mut self.dirty_keys);
+        for key in dirty {
+            let Some(ks) = self.keys.get_mut(&key) else {
+                continue;
+            };
+            ks.listed = false;
+            for w in std::mem::take(&mut ks.dirty_windows) {
+                let k = keys::window_key(&key, w.start, w.end);
+                entries.push((k, ks.windows.get(&w).map(WinState::encode)));
+            }
+            for s in std::mem::take(&mut ks.dirty_slices) {
+                let k = keys::slice_key(&key, s);
+                entries.push((
+                    k,
+                    ks.slices.get(&s).map(|a| {
+                        let mut v = Vec::with_capacity(16);
+                        a.encode(&mut v);
+                        v
+                    }),
+                ));
+            }
+            if std::mem::take(&mut ks.dirty_cursor) {
+                entries.push((
+                    keys::cursor_key(&key),
+                    ks.cursor.as_ref().map(Cursor::encode),
+                ));
+            }
+            if ks.is_empty() {
+                self.keys.remove(&key);
+            }
+        }
+        Changes { entries }
+    }
+
+    /// Writes changes (and optionally the partition's offsets) to RocksDB in one WriteBatch, then
+    /// evicts clean keys if the cache has grown past its limit.
+    pub fn write(
+        &mut self,
+        changes: &Changes,
+        offsets: Option<StoredOffsets>,
+    ) -> Result<(), StoreError> {
+        let db = self.store.db();
+        let handle = db
+            .cf_handle(&self.cf)
+            .ok_or_else(|| StoreError::MissingCf(self.cf.clone()))?;
+        let mut batch = WriteBatch::default();
+        for (k, v) in &changes.entries {
+            match v {
+                Some(v) => batch.put_cf(&handle, k, v),
+                None => batch.delete_cf(&handle, k),
+            }
+        }
+        if let Some(o) = offsets {
+            self.store.put_offsets(&mut batch, &self.cf, o)?;
+        }
+        drop(handle);
+        self.store.write(batch)?;
+        if self.keys.len() > self.max_keys && self.dirty_keys.is_empty() {
+            self.keys.clear();
+            self.complete = false;
+        }
+        Ok(())
+    }
+}
+
+fn index_key(
+    event_timers: &mut BTreeSet<Timer>,
+    proc_timers: &mut BTreeSet<(i64, String, Window)>,
+    key: &str,
+    ks: &KeyState,
+    rules: &dyn TimerRules,
+) {
+    for (w, st) in &ks.windows {
+        let (time, kind) = rules.window_timer(w, st);
+        event_timers.insert(Timer {
+            time,
+            kind,
+            key: key.to_string(),
+            window: *w,
+        });
+        if let Some(d) = st.early_deadline {
+            proc_timers.insert((d, key.to_string(), *w));
+        }
+    }
+    if ks.cursor.is_some() {
+        if let Some(time) = rules.key_service_time(ks) {
+            event_timers.insert(Timer {
+                time,
+                kind: TimerKind::KeyService,
+                key: key.to_string(),
+                window: Window::new(0, 0),
+            });
+        }
+    }
+}
+
+/// Applies one stored entry to a key state; `None` if the value does not decode.
+fn apply_entry(ks: &mut KeyState, decoded: StateKey, value: &[u8]) -> Option<()> {
+    match decoded {
+        StateKey::Window { start, end, .. } => {
+            ks.windows
+                .insert(Window::new(start, end), WinState::decode(value)?);
+        }
+        StateKey::Slice { start, .. } => {
+            let (acc, rest) = Acc::decode(value)?;
+            if !rest.is_empty() {
+                return None;
+            }
+            ks.slices.insert(start, acc);
+        }
+        StateKey::Cursor { .. } => ks.cursor = Some(Cursor::decode(value)?),
+    }
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn win_state_round_trips() {
+        let mut st = WinState::new(true);
+        st.total.add(&[1.0, 2.0]);
+        st.next_pane = 3;
+        st.early_deadline = Some(-5);
+        st.last_emitted = Some(st.total.clone());
+        assert_eq!(WinState::decode(&st.encode()), Some(st.clone()));
+        let plain = WinState::new(false);
+        assert_eq!(WinState::decode(&plain.encode()), Some(plain));
+        assert_eq!(WinState::decode(&[9, 9]), None);
+    }
+
+    #[test]
+    fn cursor_round_trips() {
+        let mut c = Cursor {
+            next_fire: Some(42),
+            ..Default::default()
+        };
+        c.late_panes.insert(10, 2);
+        c.late_panes.insert(-10, 0);
+        assert_eq!(Cursor::decode(&c.encode()), Some(c));
+    }
+}

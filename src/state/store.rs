@@ -1,0 +1,208 @@
+//! The RocksDB instance: one per process, with column families per operator and input partition.
+//!
+//! Each partition of each stateful operator owns the column family `{operator}.p{partition}`; its
+//! entries are described in [`super::keys`]. The `meta` column family records, per partition, the
+//! input offset and changelog offset that the state was flushed at (written in the same WriteBatch
+//! as the state, so they always agree).
+//!
+//! Writes skip RocksDB's write-ahead log and the database uses atomic flush: after a crash the
+//! column families fall back together to one earlier flush point, and the stored offsets say which.
+//! The Kafka changelog, not the local WAL, is what makes state durable.
+
+use rocksdb::{ColumnFamilyDescriptor, Options, WriteBatch, WriteOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The RocksDB handle type tidemark uses (column families can be created through `&self`).
+pub type Db = rocksdb::DBWithThreadMode<rocksdb::MultiThreaded>;
+
+/// Name of the column family holding per-partition offsets.
+pub const META_CF: &str = "meta";
+
+/// Errors from the state store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// RocksDB reported an error.
+    #[error("rocksdb: {0}")]
+    Rocks(#[from] rocksdb::Error),
+    /// A column family that should exist does not.
+    #[error("column family {0} is missing")]
+    MissingCf(String),
+    /// A stored value could not be decoded.
+    #[error("corrupt state entry in {cf}: {detail}")]
+    Corrupt {
+        /// The column family.
+        cf: String,
+        /// What was wrong.
+        detail: String,
+    },
+}
+
+/// Offsets stored with a partition's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoredOffsets {
+    /// Next input offset to read (the state reflects every record before it).
+    pub input: Option<i64>,
+    /// Next changelog offset to read when restoring on top of this state.
+    pub changelog: Option<i64>,
+}
+
+/// The process's RocksDB database.
+#[derive(Clone)]
+pub struct StateStore {
+    db: Arc<Db>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for StateStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+fn db_options() -> Options {
+    let mut o = Options::default();
+    o.create_if_missing(true);
+    o.create_missing_column_families(true);
+    o.set_atomic_flush(true);
+    o.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    o.set_write_buffer_size(32 << 20);
+    o
+}
+
+impl StateStore {
+    /// Opens (or creates) the database at `path` with all its existing column families.
+    pub fn open(path: &Path) -> Result<StateStore, StoreError> {
+        let opts = db_options();
+        let mut names = Db::list_cf(&opts, path).unwrap_or_default();
+        for required in ["default", META_CF] {
+            if !names.iter().any(|n| n == required) {
+                names.push(required.to_string());
+            }
+        }
+        let cfs = names
+            .iter()
+            .map(|n| ColumnFamilyDescriptor::new(n, db_options()));
+        let db = Db::open_cf_descriptors(&opts, path, cfs)?;
+        Ok(StateStore {
+            db: Arc::new(db),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The raw database, for iteration by the state modules.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// Column family name of an operator's partition.
+    pub fn cf_name(operator: &str, partition: i32) -> String {
+        format!("{operator}.p{partition}")
+    }
+
+    /// Creates the column family if it does not exist.
+    pub fn ensure_cf(&self, name: &str) -> Result<(), StoreError> {
+        if self.db.cf_handle(name).is_none() {
+            self.db.create_cf(name, &db_options())?;
+        }
+        Ok(())
+    }
+
+    /// Drops a column family and its offsets (used before a restore from scratch).
+    pub fn drop_cf(&self, name: &str) -> Result<(), StoreError> {
+        if self.db.cf_handle(name).is_some() {
+            self.db.drop_cf(name)?;
+        }
+        let meta = self.meta_cf()?;
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(&meta, meta_key(name, "input"));
+        batch.delete_cf(&meta, meta_key(name, "changelog"));
+        self.write(batch)
+    }
+
+    fn meta_cf(&self) -> Result<Arc<rocksdb::BoundColumnFamily<'_>>, StoreError> {
+        self.db
+            .cf_handle(META_CF)
+            .ok_or_else(|| StoreError::MissingCf(META_CF.into()))
+    }
+
+    /// Reads the offsets stored with a column family's state.
+    pub fn offsets(&self, cf: &str) -> Result<StoredOffsets, StoreError> {
+        let meta = self.meta_cf()?;
+        let read = |what: &str| -> Result<Option<i64>, StoreError> {
+            Ok(self
+                .db
+                .get_cf(&meta, meta_key(cf, what))?
+                .and_then(|v| v.as_slice().try_into().ok().map(i64::from_be_bytes)))
+        };
+        Ok(StoredOffsets {
+            input: read("input")?,
+            changelog: read("changelog")?,
+        })
+    }
+
+    /// Adds the offsets of a column family to a batch.
+    pub fn put_offsets(
+        &self,
+        batch: &mut WriteBatch,
+        cf: &str,
+        offsets: StoredOffsets,
+    ) -> Result<(), StoreError> {
+        let meta = self.meta_cf()?;
+        if let Some(o) = offsets.input {
+            batch.put_cf(&meta, meta_key(cf, "input"), o.to_be_bytes());
+        }
+        if let Some(o) = offsets.changelog {
+            batch.put_cf(&meta, meta_key(cf, "changelog"), o.to_be_bytes());
+        }
+        Ok(())
+    }
+
+    /// Writes a batch atomically, without the write-ahead log (see the module docs).
+    pub fn write(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        let mut wo = WriteOptions::default();
+        wo.disable_wal(true);
+        self.db.write_opt(batch, &wo)?;
+        Ok(())
+    }
+
+    /// Flushes every memtable to disk (all column families at once).
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let names = Db::list_cf(&Options::default(), &self.path).unwrap_or_default();
+        let handles: Vec<_> = names.iter().filter_map(|n| self.db.cf_handle(n)).collect();
+        let refs: Vec<&Arc<rocksdb::BoundColumnFamily<'_>>> = handles.iter().collect();
+        self.db
+            .flush_cfs_opt(&refs, &rocksdb::FlushOptions::default())?;
+        Ok(())
+    }
+
+    /// Live bytes: SST files plus memtables, summed over column families.
+    pub fn size_bytes(&self) -> u64 {
+        let names = Db::list_cf(&Options::default(), &self.path).unwrap_or_default();
+        names
+            .iter()
+            .filter_map(|n| self.db.cf_handle(n))
+            .map(|cf| {
+                let p = |name: &str| {
+                    self.db
+                        .property_int_value_cf(&cf, name)
+                        .ok()
+                        .flatten()
+                        .unwrap_or(0)
+                };
+                p("rocksdb.total-sst-files-size") + p("rocksdb.cur-size-all-mem-tables")
+            })
+            .sum()
+    }
+}
+
+fn meta_key(cf: &str, what: &str) -> Vec<u8> {
+    format!("{cf}/{what}").into_bytes()
+}

@@ -1,0 +1,781 @@
+//! The windowing engine: assigns events to windows, keeps their state, and fires panes.
+//!
+//! One [`Engine`] runs one input partition. It is deterministic: the same calls in the same order
+//! give the same panes in the same order. The caller owns time: it passes events in with
+//! [`Engine::process`], moves the watermark with [`Engine::advance_watermark`] and the
+//! processing-time clock with [`Engine::advance_processing_time`], and drains fired panes with
+//! [`Engine::take_panes`]. State changes stay in memory until [`Engine::take_changes`] and
+//! [`Engine::write_changes`] make them durable.
+//!
+//! Three layouts share the trigger rules (see ARCHITECTURE.md for the rules themselves):
+//! * per-window: one state entry per (key, window) — tumbling windows, and sliding windows with
+//!   early firings;
+//! * sliced: sliding windows kept as slices of gcd(size, slide), one slice updated per event, with a
+//!   per-key cursor that fires windows in order from a running aggregate;
+//! * session: per-key sessions that merge, with retractions for superseded windows that had fired.
+
+use super::aggregate::{needs_min_max, Acc, AggSpec};
+use super::assigner::{SliceGrid, Window, WindowKind};
+use super::trigger::{Accumulation, LateFiring, Timing, TriggerSpec};
+use crate::config::PipelineSpec;
+use crate::record::Event;
+use crate::state::cache::{
+    Changes, Cursor, KeyState, PartitionState, Running, TimerKind, TimerRules, WinState,
+};
+use crate::state::store::{StateStore, StoreError, StoredOffsets};
+use sha2::{Digest, Sha256};
+
+/// Name of the windowing operator's column families.
+pub const WINDOW_OPERATOR: &str = "window";
+
+/// One emitted pane.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pane {
+    /// The grouping key.
+    pub key: String,
+    /// The window.
+    pub window: Window,
+    /// Why the pane fired.
+    pub timing: Timing,
+    /// Index of the pane within its window (restarts at 0 for a merged session).
+    pub pane_index: u32,
+    /// Stable id of (pipeline, key, window start, window end).
+    pub dedup_id: String,
+    /// Elements in the pane.
+    pub count: u64,
+    /// One value per configured aggregation (`None` for min/max/mean of an empty pane).
+    pub values: Vec<Option<f64>>,
+}
+
+/// What happened to an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// The event was added to at least one window.
+    Accepted,
+    /// Every window of the event has expired (or, with late firing `none`, has passed): the event
+    /// belongs in the dead-letter topic.
+    Late {
+        /// The watermark when the event arrived.
+        watermark: i64,
+    },
+}
+
+/// Errors from the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The state store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How window state is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One entry per (key, window).
+    PerWindow,
+    /// Sliding windows as slices.
+    Sliced(SliceGrid),
+    /// Merging per-key sessions.
+    Session {
+        /// Inactivity gap.
+        gap: i64,
+    },
+}
+
+impl Layout {
+    /// The layout tidemark uses for a pipeline.
+    pub fn for_spec(spec: &PipelineSpec) -> Layout {
+        match spec.window {
+            WindowKind::Tumbling { .. } => Layout::PerWindow,
+            WindowKind::Sliding {
+                size,
+                slide,
+                offset,
+            } if spec.trigger.early_every.is_none() => {
+                Layout::Sliced(SliceGrid::new(size, slide, offset))
+            }
+            WindowKind::Sliding { .. } => Layout::PerWindow,
+            WindowKind::Session { gap } => Layout::Session { gap },
+        }
+    }
+}
+
+/// Counters kept by the engine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Events passed to [`Engine::process`].
+    pub events: u64,
+    /// Events rejected as late.
+    pub late: u64,
+    /// Panes emitted, by timing: EARLY, ON_TIME, LATE, RETRACT.
+    pub panes: [u64; 4],
+}
+
+/// Spec-derived parameters that timers depend on.
+#[derive(Debug, Clone, Copy)]
+struct Rules {
+    window: WindowKind,
+    layout: Layout,
+    lateness: i64,
+}
+
+impl TimerRules for Rules {
+    fn window_timer(&self, w: &Window, st: &WinState) -> (i64, TimerKind) {
+        if st.on_time_done {
+            (w.end.saturating_add(self.lateness), TimerKind::Expire)
+        } else {
+            (w.end, TimerKind::Fire)
+        }
+    }
+
+    fn key_service_time(&self, ks: &KeyState) -> Option<i64> {
+        let Layout::Sliced(g) = self.layout else {
+            return None;
+        };
+        let c = ks.cursor.as_ref()?;
+        let expiry = ks
+            .slices
+            .keys()
+            .next()
+            .map(|&a| g.last_end(a).saturating_add(self.lateness));
+        match (c.next_fire, expiry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Builds panes and counts them.
+#[derive(Debug)]
+struct Emitter {
+    pipeline: String,
+    aggregations: Vec<AggSpec>,
+    accumulation: Accumulation,
+    panes: Vec<Pane>,
+    stats: EngineStats,
+}
+
+impl Emitter {
+    fn push(&mut self, key: &str, window: Window, timing: Timing, pane_index: u32, content: &Acc) {
+        self.stats.panes[timing as usize] += 1;
+        self.panes.push(Pane {
+            key: key.to_string(),
+            window,
+            timing,
+            pane_index,
+            dedup_id: dedup_id(&self.pipeline, key, window),
+            count: content.count,
+            values: self.aggregations.iter().map(|a| content.value(a)).collect(),
+        });
+    }
+
+    /// Emits the current pane of a per-window state and starts the next pane.
+    fn window_pane(
+        &mut self,
+        key: &str,
+        w: Window,
+        timing: Timing,
+        st: &mut WinState,
+        keep_last: bool,
+    ) {
+        let content = match self.accumulation {
+            Accumulation::Accumulating => &st.total,
+            Accumulation::Discarding => &st.pane,
+        };
+        self.push(key, w, timing, st.next_pane, content);
+        if keep_last {
+            st.last_emitted = Some(content.clone());
+        }
+        st.next_pane += 1;
+        st.pane.clear();
+        st.early_deadline = None;
+    }
+}
+
+/// The stable deduplication id of a window of a key in a pipeline: 32 hex digits of SHA-256 over
+/// the length-prefixed pipeline name and key and the big-endian window bounds.
+pub fn dedup_id(pipeline: &str, key: &str, w: Window) -> String {
+    let mut h = Sha256::new();
+    h.update((pipeline.len() as u32).to_be_bytes());
+    h.update(pipeline.as_bytes());
+    h.update((key.len() as u32).to_be_bytes());
+    h.update(key.as_bytes());
+    h.update(w.start.to_be_bytes());
+    h.update(w.end.to_be_bytes());
+    let digest = h.finalize();
+    let mut out = String::with_capacity(32);
+    for b in &digest[..16] {
+        use std::fmt::Write;
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// A pending change of one window's timers, applied once the key's state is no longer borrowed.
+type TimerChange = (
+    Window,
+    Option<(i64, TimerKind)>,
+    Option<(i64, TimerKind)>,
+    Option<i64>,
+    Option<i64>,
+);
+
+/// The windowing engine of one input partition.
+pub struct Engine {
+    rules: Rules,
+    trigger: TriggerSpec,
+    invertible: bool,
+    state: PartitionState,
+    out: Emitter,
+    wm: i64,
+    now: i64,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("layout", &self.rules.layout)
+            .field("watermark", &self.wm)
+            .finish()
+    }
+}
+
+fn add(st: &mut WinState, values: &[f64], acc: Accumulation) {
+    st.total.add(values);
+    if acc == Accumulation::Discarding {
+        st.pane.add(values);
+    }
+}
+
+impl Engine {
+    /// Opens the engine for `partition`, restoring its state from `store`.
+    pub fn open(
+        spec: &PipelineSpec,
+        store: &StateStore,
+        partition: i32,
+    ) -> Result<Engine, EngineError> {
+        Self::open_with_layout(
+            spec,
+            store,
+            partition,
+            Layout::for_spec(spec),
+            crate::state::cache::DEFAULT_CACHE_KEYS,
+        )
+    }
+
+    /// Opens the engine with an explicit layout and cache size (benchmarks compare layouts).
+    pub fn open_with_layout(
+        spec: &PipelineSpec,
+        store: &StateStore,
+        partition: i32,
+        layout: Layout,
+        cache_keys: usize,
+    ) -> Result<Engine, EngineError> {
+        let rules = Rules {
+            window: spec.window,
+            layout,
+            lateness: spec.allowed_lateness,
+        };
+        let state = PartitionState::open(store, WINDOW_OPERATOR, partition, cache_keys, &rules)?;
+        Ok(Engine {
+            rules,
+            trigger: spec.trigger,
+            invertible: !needs_min_max(&spec.aggregations),
+            state,
+            out: Emitter {
+                pipeline: spec.name.clone(),
+                aggregations: spec.aggregations.clone(),
+                accumulation: spec.trigger.accumulation,
+                panes: Vec::new(),
+                stats: EngineStats::default(),
+            },
+            wm: i64::MIN,
+            now: 0,
+        })
+    }
+
+    /// The layout in use.
+    pub fn layout(&self) -> Layout {
+        self.rules.layout
+    }
+
+    /// The current watermark (`i64::MIN` before any).
+    pub fn watermark(&self) -> i64 {
+        self.wm
+    }
+
+    /// The current processing time.
+    pub fn processing_time(&self) -> i64 {
+        self.now
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> EngineStats {
+        self.out.stats
+    }
+
+    /// Pending event-time timers (about one per open window, or per key for sliced windows).
+    pub fn pending_timers(&self) -> usize {
+        self.state.pending_timers()
+    }
+
+    /// Removes and returns the panes fired so far, in firing order.
+    pub fn take_panes(&mut self) -> Vec<Pane> {
+        std::mem::take(&mut self.out.panes)
+    }
+
+    /// Collects every state change since the last flush (the changelog of this flush).
+    pub fn take_changes(&mut self) -> Changes {
+        self.state.take_changes()
+    }
+
+    /// Writes changes, with optional offsets, to RocksDB in one WriteBatch.
+    pub fn write_changes(
+        &mut self,
+        changes: &Changes,
+        offsets: Option<StoredOffsets>,
+    ) -> Result<(), EngineError> {
+        Ok(self.state.write(changes, offsets)?)
+    }
+
+    /// Takes and writes all changes at once; returns how many entries changed.
+    pub fn flush(&mut self) -> Result<usize, EngineError> {
+        let changes = self.take_changes();
+        self.write_changes(&changes, None)?;
+        Ok(changes.entries.len())
+    }
+
+    /// Adds an event to its windows, firing LATE panes as the trigger says.
+    pub fn process(&mut self, ev: &Event) -> Result<Admission, EngineError> {
+        self.out.stats.events += 1;
+        let admission = match self.rules.layout {
+            Layout::PerWindow => self.process_per_window(ev)?,
+            Layout::Sliced(g) => self.process_sliced(ev, g)?,
+            Layout::Session { gap } => self.process_session(ev, gap)?,
+        };
+        if let Admission::Late { .. } = admission {
+            self.out.stats.late += 1;
+        }
+        Ok(admission)
+    }
+
+    fn late(&self) -> Admission {
+        Admission::Late { watermark: self.wm }
+    }
+
+    fn apply_timer_changes(&mut self, key: &str, changes: Vec<TimerChange>) {
+        for (w, old_ev, new_ev, old_proc, new_proc) in changes {
+            self.state.set_event_timer(key, w, old_ev, new_ev);
+            self.state.set_proc_timer(key, w, old_proc, new_proc);
+        }
+    }
+
+    fn process_per_window(&mut self, ev: &Event) -> Result<Admission, EngineError> {
+        let (wm, now, l) = (self.wm, self.now, self.rules.lateness);
+        let trigger = self.trigger;
+        let rules = self.rules;
+        let ks = self.state.key_mut(&ev.key, &rules)?;
+        let mut timers: Vec<TimerChange> = Vec::new();
+        let mut accepted = false;
+        for w in rules.window.assign(ev.ts) {
+            if wm >= w.end.saturating_add(l) {
+                continue; // expired
+            }
+            let passed = wm >= w.end;
+            if passed && trigger.late == LateFiring::None {
+                continue; // the on-time pane was final
+            }
+            accepted = true;
+            let existed = ks.windows.contains_key(&w);
+            let st = ks.windows.entry(w).or_insert_with(|| WinState::new(passed));
+            let old_ev = existed.then(|| rules.window_timer(&w, st));
+            let old_proc = st.early_deadline;
+            add(st, &ev.values, trigger.accumulation);
+            if passed {
+                self.out.window_pane(&ev.key, w, Timing::Late, st, false);
+            } else if let Some(d) = trigger.early_every {
+                st.early_deadline.get_or_insert(now.saturating_add(d));
+            }
+            timers.push((
+                w,
+                old_ev,
+                Some(rules.window_timer(&w, st)),
+                old_proc,
+                st.early_deadline,
+            ));
+            PartitionState::touch_window(ks, w);
+        }
+        self.apply_timer_changes(&ev.key, timers);
+        Ok(if accepted {
+            Admission::Accepted
+        } else {
+            self.late()
+        })
+    }
+
+    fn process_session(&mut self, ev: &Event, gap: i64) -> Result<Admission, EngineError> {
+        let (wm, now, l) = (self.wm, self.now, self.rules.lateness);
+        let trigger = self.trigger;
+        let rules = self.rules;
+        let proto = Window::new(ev.ts, ev.ts + gap);
+        if wm >= proto.end.saturating_add(l) {
+            return Ok(self.late());
+        }
+        let ks = self.state.key_mut(&ev.key, &rules)?;
+        // Sessions of a key never overlap, so sorted by start their ends are sorted too.
+        let overlapping: Vec<Window> = ks
+            .windows
+            .range(..Window::new(proto.end, i64::MIN))
+            .rev()
+            .take_while(|(w, _)| w.end > proto.start)
+            .map(|(w, _)| *w)
+            .collect();
+        let merged = overlapping.iter().fold(proto, |m, w| m.span(w));
+        let passed = wm >= merged.end;
+        if passed && trigger.late == LateFiring::None {
+            return Ok(self.late());
+        }
+        let mut timers: Vec<TimerChange> = Vec::new();
+        if overlapping.len() == 1 && overlapping[0] == merged {
+            // The event falls inside an existing session without extending it.
+            let st = ks.windows.get_mut(&merged).expect("listed above");
+            let old = (rules.window_timer(&merged, st), st.early_deadline);
+            add(st, &ev.values, trigger.accumulation);
+            if passed {
+                self.out
+                    .window_pane(&ev.key, merged, Timing::Late, st, true);
+            } else if let Some(d) = trigger.early_every {
+                st.early_deadline.get_or_insert(now.saturating_add(d));
+            }
+            timers.push((
+                merged,
+                Some(old.0),
+                Some(rules.window_timer(&merged, st)),
+                old.1,
+                st.early_deadline,
+            ));
+            PartitionState::touch_window(ks, merged);
+        } else {
+            let mut st = WinState::new(passed);
+            let mut deadline: Option<i64> = None;
+            for w in overlapping.iter().rev() {
+                let old = ks.windows.remove(w).expect("listed above");
+                PartitionState::touch_window(ks, *w);
+                timers.push((
+                    *w,
+                    Some(rules.window_timer(w, &old)),
+                    None,
+                    old.early_deadline,
+                    None,
+                ));
+                if old.next_pane > 0 {
+                    let content = old.last_emitted.clone().unwrap_or_default();
+                    self.out
+                        .push(&ev.key, *w, Timing::Retract, old.next_pane, &content);
+                }
+                st.total.merge(&old.total);
+                if !old.on_time_done {
+                    deadline = match (deadline, old.early_deadline) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+            }
+            if trigger.accumulation == Accumulation::Discarding {
+                // Superseded panes were retracted, so the merged window's first pane holds everything.
+                st.pane = st.total.clone();
+            }
+            add(&mut st, &ev.values, trigger.accumulation);
+            if passed {
+                self.out
+                    .window_pane(&ev.key, merged, Timing::Late, &mut st, true);
+            } else if let Some(d) = trigger.early_every {
+                st.early_deadline = Some(deadline.unwrap_or(now.saturating_add(d)));
+            }
+            timers.push((
+                merged,
+                None,
+                Some(rules.window_timer(&merged, &st)),
+                None,
+                st.early_deadline,
+            ));
+            ks.windows.insert(merged, st);
+            PartitionState::touch_window(ks, merged);
+        }
+        self.apply_timer_changes(&ev.key, timers);
+        Ok(Admission::Accepted)
+    }
+
+    fn process_sliced(&mut self, ev: &Event, g: SliceGrid) -> Result<Admission, EngineError> {
+        let (wm, l) = (self.wm, self.rules.lateness);
+        let trigger = self.trigger;
+        let rules = self.rules;
+        let a = g.slice_start(ev.ts);
+        let (first_end, last_end) = (g.first_end(a), g.last_end(a));
+        if wm >= last_end.saturating_add(l) {
+            return Ok(self.late());
+        }
+        // The first window of this slice whose end the watermark has not reached.
+        let open_from = if wm < first_end {
+            first_end
+        } else {
+            g.end_after(wm)
+        };
+        let has_open = open_from <= last_end;
+        if !has_open && trigger.late == LateFiring::None {
+            return Ok(self.late());
+        }
+        let ks = self.state.key_mut(&ev.key, &rules)?;
+        ks.slices.entry(a).or_default().add(&ev.values);
+        PartitionState::touch_slice(ks, a);
+        let created = ks.cursor.is_none();
+        let cursor = ks.cursor.get_or_insert_with(Cursor::default);
+        let next_before = cursor.next_fire;
+        let mut late_fired = false;
+        if let Some(r) = cursor.running.as_mut() {
+            if r.lo <= a && a < r.end {
+                r.acc.add(&ev.values);
+            }
+        }
+        if has_open {
+            cursor.next_fire = Some(cursor.next_fire.map_or(open_from, |n| n.min(open_from)));
+        }
+        if trigger.late == LateFiring::EveryElement && wm >= first_end {
+            // LATE panes for the passed, unexpired windows of this slice.
+            let mut e = first_end.max(g.end_at_or_after(wm - l + 1));
+            let hi = last_end.min(wm);
+            while e <= hi {
+                let w = Window::new(e - g.size, e);
+                let mut total = Acc::default();
+                for (_, s) in ks.slices.range(w.start..w.end) {
+                    total.merge(s);
+                }
+                let cursor = ks.cursor.as_mut().expect("created above");
+                let index = cursor
+                    .late_panes
+                    .get(&e)
+                    .copied()
+                    .unwrap_or(if total.count > 1 { 1 } else { 0 });
+                let content = match trigger.accumulation {
+                    Accumulation::Accumulating => total,
+                    Accumulation::Discarding => {
+                        let mut one = Acc::default();
+                        one.add(&ev.values);
+                        one
+                    }
+                };
+                self.out.push(&ev.key, w, Timing::Late, index, &content);
+                cursor.late_panes.insert(e, index + 1);
+                late_fired = true;
+                e += g.slide;
+            }
+        }
+        // The cursor entry is rewritten only when its persisted fields change.
+        if created
+            || late_fired
+            || ks
+                .cursor
+                .as_ref()
+                .is_some_and(|c| c.next_fire != next_before)
+        {
+            PartitionState::touch_cursor(ks);
+        }
+        let service = rules.key_service_time(ks);
+        let cursor = ks.cursor.as_mut().expect("created above");
+        let old = std::mem::replace(&mut cursor.scheduled, service);
+        self.set_service_timer(&ev.key, old, service);
+        Ok(Admission::Accepted)
+    }
+
+    fn set_service_timer(&mut self, key: &str, old: Option<i64>, new: Option<i64>) {
+        let none = Window::new(0, 0);
+        self.state.set_event_timer(
+            key,
+            none,
+            old.map(|t| (t, TimerKind::KeyService)),
+            new.map(|t| (t, TimerKind::KeyService)),
+        );
+    }
+
+    /// Moves the watermark forward (never back) and fires every due timer in order.
+    pub fn advance_watermark(&mut self, wm: i64) -> Result<(), EngineError> {
+        if wm <= self.wm {
+            return Ok(());
+        }
+        self.wm = wm;
+        while let Some(t) = self.state.pop_event_timer(wm) {
+            match t.kind {
+                TimerKind::Fire => self.on_fire(&t.key, t.window)?,
+                TimerKind::Expire => self.on_expire(&t.key, t.window)?,
+                TimerKind::KeyService => self.on_key_service(&t.key, t.time)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the processing-time clock forward and fires due early panes.
+    pub fn advance_processing_time(&mut self, now: i64) -> Result<(), EngineError> {
+        if now <= self.now {
+            return Ok(());
+        }
+        self.now = now;
+        let rules = self.rules;
+        let keep_last = matches!(rules.layout, Layout::Session { .. });
+        while let Some((_, key, w)) = self.state.pop_proc_timer(now) {
+            let ks = self.state.key_mut(&key, &rules)?;
+            if let Some(st) = ks.windows.get_mut(&w) {
+                if !st.on_time_done {
+                    self.out.window_pane(&key, w, Timing::Early, st, keep_last);
+                    PartitionState::touch_window(ks, w);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the watermark to plus infinity: every remaining window fires ON_TIME and expires.
+    pub fn finish(&mut self) -> Result<(), EngineError> {
+        self.advance_watermark(i64::MAX)
+    }
+
+    fn on_fire(&mut self, key: &str, w: Window) -> Result<(), EngineError> {
+        let rules = self.rules;
+        let wm = self.wm;
+        let keep_last = matches!(rules.layout, Layout::Session { .. });
+        let ks = self.state.key_mut(key, &rules)?;
+        let Some(st) = ks.windows.get_mut(&w) else {
+            return Ok(());
+        };
+        let old_proc = st.early_deadline;
+        self.out.window_pane(key, w, Timing::OnTime, st, keep_last);
+        st.on_time_done = true;
+        let next = rules.window_timer(&w, st);
+        PartitionState::touch_window(ks, w);
+        if wm >= next.0 {
+            ks.windows.remove(&w);
+            self.state.set_proc_timer(key, w, old_proc, None);
+        } else {
+            self.state.set_event_timer(key, w, None, Some(next));
+            self.state.set_proc_timer(key, w, old_proc, None);
+        }
+        Ok(())
+    }
+
+    fn on_expire(&mut self, key: &str, w: Window) -> Result<(), EngineError> {
+        let rules = self.rules;
+        let ks = self.state.key_mut(key, &rules)?;
+        if let Some(st) = ks.windows.remove(&w) {
+            PartitionState::touch_window(ks, w);
+            self.state.set_proc_timer(key, w, st.early_deadline, None);
+        }
+        Ok(())
+    }
+
+    fn on_key_service(&mut self, key: &str, t: i64) -> Result<(), EngineError> {
+        let rules = self.rules;
+        let Layout::Sliced(g) = rules.layout else {
+            return Ok(());
+        };
+        let l = rules.lateness;
+        let invertible = self.invertible;
+        let ks = self.state.key_mut(key, &rules)?;
+        PartitionState::touch_cursor(ks);
+        let mut expired_slices = Vec::new();
+        {
+            let KeyState { slices, cursor, .. } = &mut *ks;
+            let Some(cursor) = cursor.as_mut() else {
+                return Ok(());
+            };
+            cursor.scheduled = None;
+            if let Some(e) = cursor.next_fire.filter(|&e| e <= t) {
+                let acc = window_acc(&mut cursor.running, slices, g, e, invertible);
+                self.out
+                    .push(key, Window::new(e - g.size, e), Timing::OnTime, 0, &acc);
+                cursor.next_fire = next_end_with_data(slices, g, e);
+            }
+            while let Some((&a, _)) = slices.first_key_value() {
+                if g.last_end(a).saturating_add(l) > t {
+                    break;
+                }
+                let acc = slices.remove(&a).expect("first key");
+                expired_slices.push(a);
+                if let Some(r) = cursor.running.as_mut() {
+                    if r.lo <= a && a < r.end {
+                        r.acc.subtract(&acc);
+                        r.lo = a + g.slice;
+                    }
+                }
+            }
+            cursor.late_panes.retain(|&e, _| e.saturating_add(l) > t);
+        }
+        for a in expired_slices {
+            PartitionState::touch_slice(ks, a);
+        }
+        let service = if ks.slices.is_empty() {
+            ks.cursor = None;
+            None
+        } else {
+            let s = rules.key_service_time(ks);
+            if let Some(c) = ks.cursor.as_mut() {
+                c.scheduled = s;
+            }
+            s
+        };
+        self.set_service_timer(key, None, service);
+        Ok(())
+    }
+}
+
+/// Content of the sliced window ending at `e`: moves the running aggregate when the aggregates are
+/// invertible and the windows overlap, otherwise combines the window's slices.
+fn window_acc(
+    running: &mut Option<Running>,
+    slices: &std::collections::BTreeMap<i64, Acc>,
+    g: SliceGrid,
+    e: i64,
+    invertible: bool,
+) -> Acc {
+    let start = e - g.size;
+    // Recompute from slices once per window length so floating-point sums cannot drift.
+    let resync_every = (g.size / g.slide).max(1) as u32;
+    if invertible {
+        if let Some(r) = running.as_mut() {
+            if r.end <= e && r.end > start && r.advances < resync_every {
+                for (_, s) in slices.range(r.end..e) {
+                    r.acc.merge(s);
+                }
+                if r.lo < start {
+                    for (_, s) in slices.range(r.lo..start) {
+                        r.acc.subtract(s);
+                    }
+                    r.lo = start;
+                }
+                r.end = e;
+                r.advances += 1;
+                return r.acc.clone();
+            }
+        }
+    }
+    let mut acc = Acc::default();
+    for (_, s) in slices.range(start..e) {
+        acc.merge(s);
+    }
+    *running = invertible.then(|| Running {
+        end: e,
+        lo: start,
+        acc: acc.clone(),
+        advances: 0,
+    });
+    acc
+}
+
+/// The end of the first window after the one ending at `e` that holds at least one slice.
+fn next_end_with_data(
+    slices: &std::collections::BTreeMap<i64, Acc>,
+    g: SliceGrid,
+    e: i64,
+) -> Option<i64> {
+    let from = e + g.slide - g.size;
+    let (&a0, _) = slices.range(from..).next()?;
+    Some((e + g.slide).max(g.first_end(a0)))
+}
