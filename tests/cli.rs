@@ -1,0 +1,117 @@
+//! The `tidemark` binary: `validate` lists every problem and sets the exit code; `simulate` runs
+//! the bundled example end to end.
+
+use std::process::Command;
+
+fn tidemark() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tidemark"))
+}
+
+fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn validate_accepts_the_example() {
+    let out = tidemark()
+        .args(["validate", "--config"])
+        .arg(root().join("examples/clicks/pipeline.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+}
+
+#[test]
+fn validate_lists_every_violation_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "name = \"x\"\nallowed_lateness = \"-1s\"\n[input]\nkey = \"k\"\ntimestamp = \"t\"\n[window]\ntype = \"sliding\"\nsize = \"1mo\"\nslide = \"0s\"\n[[aggregations]]\nname = \"n\"\nop = \"median\"\n",
+    )
+    .unwrap();
+    let out = tidemark()
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for field in [
+        "window.size",
+        "window.slide",
+        "allowed_lateness",
+        "aggregations[0].op",
+    ] {
+        assert!(err.contains(field), "{field} missing from:\n{err}");
+    }
+}
+
+#[test]
+fn validate_names_unknown_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    let good = std::fs::read_to_string(root().join("examples/clicks/pipeline.toml")).unwrap();
+    std::fs::write(
+        &path,
+        good.replace("[trigger]", "[trigger]\nearly_evry = \"1s\""),
+    )
+    .unwrap();
+    let out = tidemark()
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("early_evry"));
+}
+
+#[test]
+fn simulate_runs_the_example() {
+    let dir = tempfile::tempdir().unwrap();
+    let (panes, dead) = (
+        dir.path().join("panes.jsonl"),
+        dir.path().join("dead.jsonl"),
+    );
+    let out = tidemark()
+        .args(["simulate", "--config"])
+        .arg(root().join("examples/clicks/pipeline.toml"))
+        .arg("--input")
+        .arg(root().join("examples/clicks/events.jsonl"))
+        .arg("--output")
+        .arg(&panes)
+        .arg("--dead-letter")
+        .arg(&dead)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let panes = std::fs::read_to_string(panes).unwrap();
+    let dead = std::fs::read_to_string(dead).unwrap();
+    assert!(panes.lines().count() >= 5, "{panes}");
+    for timing in ["EARLY", "ON_TIME", "LATE"] {
+        assert!(panes.contains(timing), "no {timing} pane in:\n{panes}");
+    }
+    assert!(dead.contains("\"reason\":\"malformed\""), "{dead}");
+    assert!(dead.contains("\"reason\":\"late\""), "{dead}");
+}
+
+#[test]
+fn simulate_reports_a_missing_input_file() {
+    let out = tidemark()
+        .args(["simulate", "--config"])
+        .arg(root().join("examples/clicks/pipeline.toml"))
+        .args(["--input", "/nonexistent/events.jsonl"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/events.jsonl"));
+}
