@@ -1,0 +1,206 @@
+//! Engine benchmark: the windowing core alone (no Kafka, no decoding) with RocksDB state and a
+//! state flush every 100,000 events, over 100,000 keys, events in event-time order with 1% disorder.
+//!
+//! Run: `cargo bench --bench engine` (or `scripts/bench-engine.sh`). Each scenario runs in its own
+//! child process so its peak RSS is its own. Figures are printed as a table; nothing is asserted.
+//!
+//! Environment: `TIDEMARK_BENCH_EVENTS` (default 5,000,000), `TIDEMARK_BENCH_KEYS` (100,000),
+//! `TIDEMARK_BENCH_RATE` (event-time events per second, default 100,000: each key about once a
+//! second), `TIDEMARK_BENCH_ONLY` (run one scenario by name).
+
+use std::process::Command;
+use std::time::Instant;
+use tidemark::config::parse_raw;
+use tidemark::record::Event;
+use tidemark::state::store::StateStore;
+use tidemark::windowing::engine::{Engine, Layout};
+use tidemark::windowing::watermark::WatermarkTracker;
+
+const FLUSH_EVERY: u64 = 100_000;
+
+struct Scenario {
+    name: &'static str,
+    window: &'static str,
+    layout: Option<&'static str>,
+    /// Overrides of (events, keys) for the naive comparison runs.
+    small: bool,
+}
+
+const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "tumbling-1m",
+        window: "type = \"tumbling\"\nsize = \"1m\"",
+        layout: None,
+        small: false,
+    },
+    Scenario {
+        name: "sliding-1h-1s",
+        window: "type = \"sliding\"\nsize = \"1h\"\nslide = \"1s\"",
+        layout: None,
+        small: false,
+    },
+    Scenario {
+        name: "session-30m",
+        window: "type = \"session\"\ngap = \"30m\"",
+        layout: None,
+        small: false,
+    },
+    Scenario {
+        name: "sliding-1h-1s-sliced-small",
+        window: "type = \"sliding\"\nsize = \"1h\"\nslide = \"1s\"",
+        layout: None,
+        small: true,
+    },
+    Scenario {
+        name: "sliding-1h-1s-naive-small",
+        window: "type = \"sliding\"\nsize = \"1h\"\nslide = \"1s\"",
+        layout: Some("per-window"),
+        small: true,
+    },
+];
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(default)
+}
+
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// xorshift64*: a fast deterministic generator.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+fn run_one(sc: &Scenario) {
+    let (mut events, mut keys) = (
+        env_u64("TIDEMARK_BENCH_EVENTS", 5_000_000),
+        env_u64("TIDEMARK_BENCH_KEYS", 100_000),
+    );
+    let mut rate = env_u64("TIDEMARK_BENCH_RATE", 100_000);
+    if sc.small {
+        // The naive layout writes size/slide = 3,600 window copies per event; keep it to a size
+        // that finishes, and run the sliced layout on the very same data beside it.
+        events = env_u64("TIDEMARK_BENCH_SMALL_EVENTS", 30_000);
+        keys = 1_000;
+        rate = 1_000;
+    }
+    let text = format!(
+        "name = \"bench\"\n[input]\nkey = \"k\"\ntimestamp = \"t\"\n[window]\n{}\n[watermark]\nmax_out_of_orderness = \"2s\"\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n",
+        sc.window
+    );
+    let (spec, _) = parse_raw(&text, Vec::new()).unwrap().validate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::open(dir.path()).unwrap();
+    let layout = match sc.layout {
+        Some("per-window") => Layout::PerWindow,
+        _ => Layout::for_spec(&spec),
+    };
+    let mut engine = Engine::open_with_layout(&spec, &store, 0, layout, 4_000_000).unwrap();
+    let mut tracker = WatermarkTracker::new(spec.watermark);
+    let key_names: Vec<String> = (0..keys).map(|k| format!("user-{k:06}")).collect();
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let t0: i64 = 1_700_000_000_000;
+    let mut ev = Event {
+        key: String::new(),
+        ts: 0,
+        values: Vec::new(),
+    };
+    let mut panes: u64 = 0;
+    let mut flush_secs = 0.0;
+    let start = Instant::now();
+    for i in 0..events {
+        let mut ts = t0 + (i as i64 * 1000) / rate as i64;
+        let r = rng.next();
+        if r % 100 == 0 {
+            ts -= ((r >> 8) % 2_000) as i64; // 1% of events up to 2 s out of order
+        }
+        ev.key.clear();
+        ev.key.push_str(&key_names[((r >> 20) % keys) as usize]);
+        ev.ts = ts;
+        engine.process(&ev).unwrap();
+        let wm = tracker.on_record(ts, 0);
+        engine.advance_watermark(wm).unwrap();
+        panes += engine.take_panes().len() as u64;
+        if (i + 1) % FLUSH_EVERY == 0 {
+            let f = Instant::now();
+            engine.flush().unwrap();
+            flush_secs += f.elapsed().as_secs_f64();
+        }
+    }
+    engine.flush().unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    store.flush().unwrap();
+    let db_mb = store.size_bytes() as f64 / 1e6;
+    let timers = engine.pending_timers();
+    let stats = engine.stats();
+    println!(
+        "{:<28} {:>10} {:>6} {:>8.2} {:>12.0} {:>10} {:>9.1} {:>9.1} {:>10} {:>7.1}%",
+        sc.name,
+        events,
+        keys,
+        secs,
+        events as f64 / secs,
+        panes,
+        db_mb,
+        peak_rss_mb(),
+        timers,
+        100.0 * flush_secs / secs,
+    );
+    assert_eq!(
+        stats.late, 0,
+        "the benchmark data should have no late events"
+    );
+}
+
+fn main() {
+    if let Ok(name) = std::env::var("TIDEMARK_BENCH_CHILD") {
+        let sc = SCENARIOS
+            .iter()
+            .find(|s| s.name == name)
+            .expect("known scenario");
+        run_one(sc);
+        return;
+    }
+    let only = std::env::var("TIDEMARK_BENCH_ONLY").ok();
+    println!(
+        "{:<28} {:>10} {:>6} {:>8} {:>12} {:>10} {:>9} {:>9} {:>10} {:>8}",
+        "scenario",
+        "events",
+        "keys",
+        "secs",
+        "events/s",
+        "panes",
+        "db_MB",
+        "rss_MB",
+        "timers",
+        "flush"
+    );
+    let exe = std::env::current_exe().unwrap();
+    for sc in SCENARIOS {
+        if only.as_deref().is_some_and(|o| o != sc.name) {
+            continue;
+        }
+        let status = Command::new(&exe)
+            .env("TIDEMARK_BENCH_CHILD", sc.name)
+            .status()
+            .unwrap();
+        assert!(status.success(), "scenario {} failed", sc.name);
+    }
+    println!("(panes are those fired while the watermark advanced; the final drain at end of input is not timed)");
+}

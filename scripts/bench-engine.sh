@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Engine benchmark (see benches/engine.rs). Prints a table of events/s, state size and peak RSS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TIDEMARK_SKIP_BROKER=1 ./scripts/install-deps.sh
+cargo bench --bench engine
