@@ -5,8 +5,9 @@
 //! child process so its peak RSS is its own. Figures are printed as a table; nothing is asserted.
 //!
 //! Environment: `TIDEMARK_BENCH_EVENTS` (default 5,000,000), `TIDEMARK_BENCH_KEYS` (100,000),
-//! `TIDEMARK_BENCH_RATE` (event-time events per second, default 100,000: each key about once a
-//! second), `TIDEMARK_BENCH_ONLY` (run one scenario by name).
+//! `TIDEMARK_BENCH_RATE` (event-time events per second; by default 20,000 for tumbling and
+//! session windows, so 1-minute windows fire several times, and 100,000 for sliding windows, each key
+//! about once a second, so a key fires about one pane per event), `TIDEMARK_BENCH_ONLY` (run one scenario by name).
 
 use std::process::Command;
 use std::time::Instant;
@@ -22,6 +23,8 @@ struct Scenario {
     name: &'static str,
     window: &'static str,
     layout: Option<&'static str>,
+    /// Event-time density: events per second of event time across all keys.
+    rate: u64,
     /// Overrides of (events, keys) for the naive comparison runs.
     small: bool,
 }
@@ -29,30 +32,35 @@ struct Scenario {
 const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "tumbling-1m",
+        rate: 20_000,
         window: "type = \"tumbling\"\nsize = \"1m\"",
         layout: None,
         small: false,
     },
     Scenario {
         name: "sliding-1h-1s",
+        rate: 100_000,
         window: "type = \"sliding\"\nsize = \"1h\"\nslide = \"1s\"",
         layout: None,
         small: false,
     },
     Scenario {
         name: "session-30m",
+        rate: 20_000,
         window: "type = \"session\"\ngap = \"30m\"",
         layout: None,
         small: false,
     },
     Scenario {
         name: "sliding-1h-1s-sliced-small",
+        rate: 1_000,
         window: "type = \"sliding\"\nsize = \"1h\"\nslide = \"1s\"",
         layout: None,
         small: true,
     },
     Scenario {
         name: "sliding-1h-1s-naive-small",
+        rate: 1_000,
         window: "type = \"sliding\"\nsize = \"1h\"\nslide = \"1s\"",
         layout: Some("per-window"),
         small: true,
@@ -92,13 +100,12 @@ fn run_one(sc: &Scenario) {
         env_u64("TIDEMARK_BENCH_EVENTS", 5_000_000),
         env_u64("TIDEMARK_BENCH_KEYS", 100_000),
     );
-    let mut rate = env_u64("TIDEMARK_BENCH_RATE", 100_000);
+    let rate = env_u64("TIDEMARK_BENCH_RATE", sc.rate);
     if sc.small {
         // The naive layout writes size/slide = 3,600 window copies per event; keep it to a size
         // that finishes, and run the sliced layout on the very same data beside it.
-        events = env_u64("TIDEMARK_BENCH_SMALL_EVENTS", 30_000);
+        events = env_u64("TIDEMARK_BENCH_SMALL_EVENTS", 10_000);
         keys = 1_000;
-        rate = 1_000;
     }
     let text = format!(
         "name = \"bench\"\n[input]\nkey = \"k\"\ntimestamp = \"t\"\n[window]\n{}\n[watermark]\nmax_out_of_orderness = \"2s\"\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n",
@@ -123,6 +130,8 @@ fn run_one(sc: &Scenario) {
     };
     let mut panes: u64 = 0;
     let mut flush_secs = 0.0;
+    let mut take_secs = 0.0;
+    let mut flushed_entries: u64 = 0;
     let start = Instant::now();
     for i in 0..events {
         let mut ts = t0 + (i as i64 * 1000) / rate as i64;
@@ -139,8 +148,12 @@ fn run_one(sc: &Scenario) {
         panes += engine.take_panes().len() as u64;
         if (i + 1) % FLUSH_EVERY == 0 {
             let f = Instant::now();
-            engine.flush().unwrap();
+            let changes = engine.take_changes();
+            let taken = f.elapsed().as_secs_f64();
+            engine.write_changes(&changes, None).unwrap();
             flush_secs += f.elapsed().as_secs_f64();
+            take_secs += taken;
+            flushed_entries += changes.len() as u64;
         }
     }
     engine.flush().unwrap();
@@ -162,6 +175,15 @@ fn run_one(sc: &Scenario) {
         timers,
         100.0 * flush_secs / secs,
     );
+    if std::env::var("TIDEMARK_BENCH_DETAIL").is_ok() {
+        eprintln!(
+            "  {}: take_changes {:.3}s, write {:.3}s, {} entries written",
+            sc.name,
+            take_secs,
+            flush_secs - take_secs,
+            flushed_entries
+        );
+    }
     assert_eq!(
         stats.late, 0,
         "the benchmark data should have no late events"

@@ -74,8 +74,7 @@ impl WinState {
         }
     }
 
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32);
+    fn encode_into(&self, out: &mut Vec<u8>) {
         let flags = (self.on_time_done as u8)
             | ((self.early_deadline.is_some() as u8) << 1)
             | ((self.last_emitted.is_some() as u8) << 2);
@@ -85,12 +84,11 @@ impl WinState {
         if let Some(d) = self.early_deadline {
             out.extend_from_slice(&d.to_le_bytes());
         }
-        self.total.encode(&mut out);
-        self.pane.encode(&mut out);
+        self.total.encode(out);
+        self.pane.encode(out);
         if let Some(l) = &self.last_emitted {
-            l.encode(&mut out);
+            l.encode(out);
         }
-        out
     }
 
     fn decode(bytes: &[u8]) -> Option<WinState> {
@@ -157,8 +155,7 @@ pub struct Cursor {
 }
 
 impl Cursor {
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(16 + self.late_panes.len() * 12);
+    fn encode_into(&self, out: &mut Vec<u8>) {
         out.push(1);
         match self.next_fire {
             Some(t) => {
@@ -172,7 +169,6 @@ impl Cursor {
             out.extend_from_slice(&end.to_le_bytes());
             out.extend_from_slice(&idx.to_le_bytes());
         }
-        out
     }
 
     fn decode(bytes: &[u8]) -> Option<Cursor> {
@@ -227,14 +223,76 @@ impl KeyState {
     }
 }
 
-/// One change to persist: the encoded state key and the new value, or `None` for a tombstone.
-pub type Change = (Vec<u8>, Option<Vec<u8>>);
+/// One change inside [`Changes`]: byte ranges of its key and value in the shared buffer.
+#[derive(Debug, Clone, Copy)]
+struct ChangeEntry {
+    /// The key's first 16 bytes, big-endian, so most comparisons while sorting are one integer
+    /// comparison instead of a memcmp.
+    prefix: u128,
+    key: (u32, u32),
+    value: Option<(u32, u32)>,
+}
 
-/// The dirty entries of one flush, in key order.
+/// The dirty entries of one flush, sorted by encoded key: for each, the full current value or a
+/// tombstone. Keys and values live in one buffer, so a flush allocates twice, not per entry.
 #[derive(Debug, Default, Clone)]
 pub struct Changes {
-    /// Encoded key and new value (or tombstone) per changed entry.
-    pub entries: Vec<Change>,
+    buf: Vec<u8>,
+    entries: Vec<ChangeEntry>,
+}
+
+impl Changes {
+    /// Number of changed entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The changes in key order: encoded key and new value, or `None` for a tombstone.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> + '_ {
+        let slice = |(a, b): (u32, u32)| &self.buf[a as usize..b as usize];
+        self.entries
+            .iter()
+            .map(move |e| (slice(e.key), e.value.map(slice)))
+    }
+
+    fn push(
+        &mut self,
+        write_key: impl FnOnce(&mut Vec<u8>),
+        write_value: Option<impl FnOnce(&mut Vec<u8>)>,
+    ) {
+        let k0 = self.buf.len() as u32;
+        write_key(&mut self.buf);
+        let k1 = self.buf.len() as u32;
+        let mut head = [0u8; 16];
+        let key_bytes = &self.buf[k0 as usize..k1 as usize];
+        let n = key_bytes.len().min(16);
+        head[..n].copy_from_slice(&key_bytes[..n]);
+        let prefix = u128::from_be_bytes(head);
+        let value = write_value.map(|w| {
+            w(&mut self.buf);
+            (k1, self.buf.len() as u32)
+        });
+        self.entries.push(ChangeEntry {
+            prefix,
+            key: (k0, k1),
+            value,
+        });
+    }
+
+    fn sort(&mut self) {
+        let buf = &self.buf;
+        self.entries.sort_unstable_by(|a, b| {
+            a.prefix.cmp(&b.prefix).then_with(|| {
+                buf[a.key.0 as usize..a.key.1 as usize]
+                    .cmp(&buf[b.key.0 as usize..b.key.1 as usize])
+            })
+        });
+    }
 }
 
 /// Default number of keys kept in memory before clean entries are evicted after a flush.
@@ -494,7 +552,7 @@ impl PartitionState {
 
     /// Collects every dirty entry as a change (value or tombstone) and marks everything clean.
     pub fn take_changes(&mut self) -> Changes {
-        let mut entries = Vec::new();
+        let mut changes = Changes::default();
         let dirty = std::mem::take(&mut self.dirty_keys);
         for key in dirty {
             let Some(ks) = self.keys.get_mut(&key) else {
@@ -502,31 +560,35 @@ impl PartitionState {
             };
             ks.listed = false;
             for w in std::mem::take(&mut ks.dirty_windows) {
-                let k = keys::window_key(&key, w.start, w.end);
-                entries.push((k, ks.windows.get(&w).map(WinState::encode)));
+                changes.push(
+                    |out| keys::put_window_key(out, &key, w.start, w.end),
+                    ks.windows
+                        .get(&w)
+                        .map(|st| |out: &mut Vec<u8>| st.encode_into(out)),
+                );
             }
             for s in std::mem::take(&mut ks.dirty_slices) {
-                let k = keys::slice_key(&key, s);
-                entries.push((
-                    k,
-                    ks.slices.get(&s).map(|a| {
-                        let mut v = Vec::with_capacity(16);
-                        a.encode(&mut v);
-                        v
-                    }),
-                ));
+                changes.push(
+                    |out| keys::put_slice_key(out, &key, s),
+                    ks.slices.get(&s).map(|a| |out: &mut Vec<u8>| a.encode(out)),
+                );
             }
             if std::mem::take(&mut ks.dirty_cursor) {
-                entries.push((
-                    keys::cursor_key(&key),
-                    ks.cursor.as_ref().map(Cursor::encode),
-                ));
+                changes.push(
+                    |out| keys::put_cursor_key(out, &key),
+                    ks.cursor
+                        .as_ref()
+                        .map(|c| |out: &mut Vec<u8>| c.encode_into(out)),
+                );
             }
             if ks.is_empty() {
                 self.keys.remove(&key);
             }
         }
-        Changes { entries }
+        // In key order: RocksDB's memtable inserts sorted keys far faster (it reuses its splice),
+        // and the changelog is then in key order too.
+        changes.sort();
+        changes
     }
 
     /// Writes changes (and optionally the partition's offsets) to RocksDB in one WriteBatch, then
@@ -541,7 +603,7 @@ impl PartitionState {
             .cf_handle(&self.cf)
             .ok_or_else(|| StoreError::MissingCf(self.cf.clone()))?;
         let mut batch = WriteBatch::default();
-        for (k, v) in &changes.entries {
+        for (k, v) in changes.iter() {
             match v {
                 Some(v) => batch.put_cf(&handle, k, v),
                 None => batch.delete_cf(&handle, k),
@@ -614,6 +676,12 @@ fn apply_entry(ks: &mut KeyState, decoded: StateKey, value: &[u8]) -> Option<()>
 mod tests {
     use super::*;
 
+    fn enc(f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let mut v = Vec::new();
+        f(&mut v);
+        v
+    }
+
     #[test]
     fn win_state_round_trips() {
         let mut st = WinState::new(true);
@@ -621,9 +689,15 @@ mod tests {
         st.next_pane = 3;
         st.early_deadline = Some(-5);
         st.last_emitted = Some(st.total.clone());
-        assert_eq!(WinState::decode(&st.encode()), Some(st.clone()));
+        assert_eq!(
+            WinState::decode(&enc(|o| st.encode_into(o))),
+            Some(st.clone())
+        );
         let plain = WinState::new(false);
-        assert_eq!(WinState::decode(&plain.encode()), Some(plain));
+        assert_eq!(
+            WinState::decode(&enc(|o| plain.encode_into(o))),
+            Some(plain)
+        );
         assert_eq!(WinState::decode(&[9, 9]), None);
     }
 
@@ -635,6 +709,6 @@ mod tests {
         };
         c.late_panes.insert(10, 2);
         c.late_panes.insert(-10, 0);
-        assert_eq!(Cursor::decode(&c.encode()), Some(c));
+        assert_eq!(Cursor::decode(&enc(|o| c.encode_into(o))), Some(c));
     }
 }

@@ -95,30 +95,45 @@ pub enum StateKey {
     },
 }
 
+/// Appends a per-window state key.
+pub fn put_window_key(out: &mut Vec<u8>, key: &str, start: i64, end: i64) {
+    out.push(TAG_WINDOW);
+    put_key(out, key);
+    put_time(out, start);
+    put_time(out, end);
+}
+
+/// Appends a slice state key.
+pub fn put_slice_key(out: &mut Vec<u8>, key: &str, start: i64) {
+    out.push(TAG_SLICE);
+    put_key(out, key);
+    put_time(out, start);
+}
+
+/// Appends a cursor state key.
+pub fn put_cursor_key(out: &mut Vec<u8>, key: &str) {
+    out.push(TAG_CURSOR);
+    put_key(out, key);
+}
+
 /// Encodes a per-window state key.
 pub fn window_key(key: &str, start: i64, end: i64) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + 4 + key.len() + 16);
-    out.push(TAG_WINDOW);
-    put_key(&mut out, key);
-    put_time(&mut out, start);
-    put_time(&mut out, end);
+    put_window_key(&mut out, key, start, end);
     out
 }
 
 /// Encodes a slice state key.
 pub fn slice_key(key: &str, start: i64) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + 4 + key.len() + 8);
-    out.push(TAG_SLICE);
-    put_key(&mut out, key);
-    put_time(&mut out, start);
+    put_slice_key(&mut out, key, start);
     out
 }
 
 /// Encodes a cursor state key.
 pub fn cursor_key(key: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + 4 + key.len());
-    out.push(TAG_CURSOR);
-    put_key(&mut out, key);
+    put_cursor_key(&mut out, key);
     out
 }
 

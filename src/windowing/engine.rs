@@ -229,6 +229,8 @@ pub struct Engine {
     out: Emitter,
     wm: i64,
     now: i64,
+    /// Reused buffer of timer changes, so processing an event does not allocate.
+    scratch: Vec<TimerChange>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -291,6 +293,7 @@ impl Engine {
             },
             wm: i64::MIN,
             now: 0,
+            scratch: Vec::new(),
         })
     }
 
@@ -342,7 +345,7 @@ impl Engine {
     pub fn flush(&mut self) -> Result<usize, EngineError> {
         let changes = self.take_changes();
         self.write_changes(&changes, None)?;
-        Ok(changes.entries.len())
+        Ok(changes.len())
     }
 
     /// Adds an event to its windows, firing LATE panes as the trigger says.
@@ -363,19 +366,20 @@ impl Engine {
         Admission::Late { watermark: self.wm }
     }
 
-    fn apply_timer_changes(&mut self, key: &str, changes: Vec<TimerChange>) {
-        for (w, old_ev, new_ev, old_proc, new_proc) in changes {
+    fn apply_timer_changes(&mut self, key: &str, mut changes: Vec<TimerChange>) {
+        for (w, old_ev, new_ev, old_proc, new_proc) in changes.drain(..) {
             self.state.set_event_timer(key, w, old_ev, new_ev);
             self.state.set_proc_timer(key, w, old_proc, new_proc);
         }
+        self.scratch = changes;
     }
 
     fn process_per_window(&mut self, ev: &Event) -> Result<Admission, EngineError> {
         let (wm, now, l) = (self.wm, self.now, self.rules.lateness);
         let trigger = self.trigger;
         let rules = self.rules;
+        let mut timers = std::mem::take(&mut self.scratch);
         let ks = self.state.key_mut(&ev.key, &rules)?;
-        let mut timers: Vec<TimerChange> = Vec::new();
         let mut accepted = false;
         for w in rules.window.assign(ev.ts) {
             if wm >= w.end.saturating_add(l) {
@@ -435,7 +439,7 @@ impl Engine {
         if passed && trigger.late == LateFiring::None {
             return Ok(self.late());
         }
-        let mut timers: Vec<TimerChange> = Vec::new();
+        let mut timers = std::mem::take(&mut self.scratch);
         if overlapping.len() == 1 && overlapping[0] == merged {
             // The event falls inside an existing session without extending it.
             let st = ks.windows.get_mut(&merged).expect("listed above");
