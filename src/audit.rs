@@ -160,10 +160,11 @@ fn fetch_partition(
     topic: &str,
     partition: i32,
     isolation: i8,
+    from: i64,
 ) -> Result<Fetched, AuditError> {
     let mut out = Vec::new();
     let mut aborted_list = Vec::new();
-    let mut offset = 0i64;
+    let mut offset = from;
     loop {
         let req = FetchRequest::default()
             .with_replica_id((-1).into())
@@ -223,15 +224,88 @@ fn control_type(r: &Record) -> Option<i16> {
     (key.len() >= 4).then(|| i16::from_be_bytes([key[2], key[3]]))
 }
 
+/// One partition's log from some offset on, with its transactions resolved.
+#[derive(Debug, Default)]
+pub struct PartitionLog {
+    /// Committed records, in offset order.
+    pub committed: Vec<RawRecord>,
+    /// Offsets of records of aborted transactions, ascending.
+    pub aborted_offsets: Vec<i64>,
+    /// Records of transactions with no marker yet.
+    pub open: usize,
+    /// The offset after the last record read.
+    pub next_offset: i64,
+}
+
+/// Connects to the first bootstrap server.
+fn connect(bootstrap: &str) -> Result<RawClient, AuditError> {
+    let addr = bootstrap.split(',').next().unwrap_or(bootstrap).trim();
+    RawClient::connect(addr.strip_prefix("PLAINTEXT://").unwrap_or(addr))
+}
+
+fn resolve(
+    client: &mut RawClient,
+    topic: &str,
+    p: i32,
+    from: i64,
+) -> Result<PartitionLog, AuditError> {
+    let (records, _) = fetch_partition(client, topic, p, 0, from)?;
+    let mut log = PartitionLog {
+        next_offset: from,
+        ..PartitionLog::default()
+    };
+    let mut pending: HashMap<i64, Vec<RawRecord>> = HashMap::new();
+    let mut committed: BTreeMap<i64, RawRecord> = BTreeMap::new();
+    for r in records {
+        log.next_offset = log.next_offset.max(r.offset + 1);
+        if r.control {
+            let batch = pending.remove(&r.producer_id).unwrap_or_default();
+            match control_type(&r) {
+                Some(1) => committed.extend(batch.into_iter().map(|x| (x.offset, x))),
+                _ => log.aborted_offsets.extend(batch.iter().map(|x| x.offset)),
+            }
+            continue;
+        }
+        let raw = RawRecord {
+            partition: p,
+            offset: r.offset,
+            producer_id: r.producer_id,
+            transactional: r.transactional,
+            key: r.key,
+            value: r.value,
+            headers: r
+                .headers
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        };
+        if raw.transactional {
+            pending.entry(raw.producer_id).or_default().push(raw);
+        } else {
+            committed.insert(raw.offset, raw);
+        }
+    }
+    log.open = pending.values().map(Vec::len).sum();
+    log.aborted_offsets.sort_unstable();
+    log.committed = committed.into_values().collect();
+    Ok(log)
+}
+
+/// Reads partition `partition` of `topic` from offset `from` to its end and resolves every
+/// transaction from the COMMIT/ABORT markers in the log itself.
+pub fn read_partition(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    from: i64,
+) -> Result<PartitionLog, AuditError> {
+    let mut client = connect(bootstrap)?;
+    resolve(&mut client, topic, partition, from)
+}
+
 /// Reads a topic's raw log and resolves every transaction.
 pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicLog, AuditError> {
-    let addr = bootstrap
-        .split(',')
-        .next()
-        .unwrap_or(bootstrap)
-        .trim()
-        .to_string();
-    let mut client = RawClient::connect(&addr)?;
+    let mut client = connect(bootstrap)?;
     let meta: MetadataResponse = client.request(
         ApiKey::Metadata,
         METADATA_VERSION,
@@ -251,46 +325,13 @@ pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicLog, AuditError> 
     partitions.sort_unstable();
     let mut log = TopicLog::default();
     for &p in &partitions {
-        let (records, _) = fetch_partition(&mut client, topic, p, 0)?;
-        let mut pending: HashMap<i64, Vec<RawRecord>> = HashMap::new();
-        let mut aborted_offsets: Vec<i64> = Vec::new();
-        let mut committed: BTreeMap<i64, RawRecord> = BTreeMap::new();
-        for r in records {
-            if r.control {
-                let batch = pending.remove(&r.producer_id).unwrap_or_default();
-                match control_type(&r) {
-                    Some(1) => committed.extend(batch.into_iter().map(|x| (x.offset, x))),
-                    _ => {
-                        log.aborted += batch.len();
-                        aborted_offsets.extend(batch.iter().map(|x| x.offset));
-                    }
-                }
-                continue;
-            }
-            let raw = RawRecord {
-                partition: p,
-                offset: r.offset,
-                producer_id: r.producer_id,
-                transactional: r.transactional,
-                key: r.key,
-                value: r.value,
-                headers: r
-                    .headers
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect(),
-            };
-            if raw.transactional {
-                pending.entry(raw.producer_id).or_default().push(raw);
-            } else {
-                committed.insert(raw.offset, raw);
-            }
-        }
-        log.open += pending.values().map(Vec::len).sum::<usize>();
-        log.committed.extend(committed.into_values());
+        let part = resolve(&mut client, topic, p, 0)?;
+        log.aborted += part.aborted_offsets.len();
+        log.open += part.open;
+        log.committed.extend(part.committed);
         // What does the broker hand a read_committed consumer?
-        if !aborted_offsets.is_empty() {
-            let (served, broker_aborted) = fetch_partition(&mut client, topic, p, 1)?;
+        if !part.aborted_offsets.is_empty() {
+            let (served, broker_aborted) = fetch_partition(&mut client, topic, p, 1, 0)?;
             let hidden_by_list = |offset: i64, pid: i64| {
                 broker_aborted
                     .iter()
@@ -298,7 +339,7 @@ pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicLog, AuditError> 
             };
             log.aborted_served_to_read_committed += served
                 .iter()
-                .filter(|r| !r.control && aborted_offsets.binary_search(&r.offset).is_ok())
+                .filter(|r| !r.control && part.aborted_offsets.binary_search(&r.offset).is_ok())
                 .filter(|r| !hidden_by_list(r.offset, r.producer_id))
                 .count();
         }
