@@ -309,6 +309,9 @@ pub struct PartitionState {
     max_keys: usize,
     event_timers: BTreeSet<Timer>,
     proc_timers: BTreeSet<(i64, String, Window)>,
+    /// The watermark as last stored, and whether it changed since.
+    watermark: Option<i64>,
+    watermark_dirty: bool,
 }
 
 impl std::fmt::Debug for PartitionState {
@@ -349,6 +352,8 @@ impl PartitionState {
             max_keys,
             event_timers: BTreeSet::new(),
             proc_timers: BTreeSet::new(),
+            watermark: None,
+            watermark_dirty: false,
         };
         st.load_all(rules)?;
         Ok(st)
@@ -375,6 +380,14 @@ impl PartitionState {
                 StateKey::Window { key, .. }
                 | StateKey::Slice { key, .. }
                 | StateKey::Cursor { key } => key.clone(),
+                StateKey::Watermark => {
+                    let raw: [u8; 8] = v.as_ref().try_into().map_err(|_| StoreError::Corrupt {
+                        cf: self.cf.clone(),
+                        detail: "watermark value".into(),
+                    })?;
+                    self.watermark = Some(i64::from_be_bytes(raw));
+                    continue;
+                }
             };
             let in_memory = self.keys.contains_key(&key) || self.keys.len() < self.max_keys;
             if !in_memory {
@@ -404,6 +417,19 @@ impl PartitionState {
             }
         }
         Ok(())
+    }
+
+    /// The watermark stored with this partition's state, if any.
+    pub fn stored_watermark(&self) -> Option<i64> {
+        self.watermark
+    }
+
+    /// Records the partition's watermark; the next flush persists it with the state.
+    pub fn note_watermark(&mut self, wm: i64) {
+        if self.watermark != Some(wm) {
+            self.watermark = Some(wm);
+            self.watermark_dirty = true;
+        }
     }
 
     /// The column family name.
@@ -585,6 +611,14 @@ impl PartitionState {
                 self.keys.remove(&key);
             }
         }
+        if std::mem::take(&mut self.watermark_dirty) {
+            if let Some(wm) = self.watermark {
+                changes.push(
+                    |out| out.push(keys::TAG_WATERMARK),
+                    Some(|out: &mut Vec<u8>| out.extend_from_slice(&wm.to_be_bytes())),
+                );
+            }
+        }
         // In key order: RocksDB's memtable inserts sorted keys far faster (it reuses its splice),
         // and the changelog is then in key order too.
         changes.sort();
@@ -668,6 +702,7 @@ fn apply_entry(ks: &mut KeyState, decoded: StateKey, value: &[u8]) -> Option<()>
             ks.slices.insert(start, acc);
         }
         StateKey::Cursor { .. } => ks.cursor = Some(Cursor::decode(value)?),
+        StateKey::Watermark => {}
     }
     Some(())
 }

@@ -16,6 +16,8 @@ pub const TAG_WINDOW: u8 = 1;
 pub const TAG_SLICE: u8 = 2;
 /// Tag of a per-key slice cursor entry: `tag | key`.
 pub const TAG_CURSOR: u8 = 3;
+/// Tag of the partition's watermark entry: the single byte `tag`.
+pub const TAG_WATERMARK: u8 = 4;
 
 /// Why a stored key could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -93,6 +95,8 @@ pub enum StateKey {
         /// The grouping key.
         key: String,
     },
+    /// The partition's watermark.
+    Watermark,
 }
 
 /// Appends a per-window state key.
@@ -148,6 +152,13 @@ pub fn key_prefix(tag: u8, key: &str) -> Vec<u8> {
 /// Decodes any state key.
 pub fn decode_state_key(bytes: &[u8]) -> Result<StateKey, KeyDecodeError> {
     let (&tag, rest) = bytes.split_first().ok_or(KeyDecodeError::Truncated)?;
+    if tag == TAG_WATERMARK {
+        return if rest.is_empty() {
+            Ok(StateKey::Watermark)
+        } else {
+            Err(KeyDecodeError::Trailing)
+        };
+    }
     let (key, rest) = get_key(rest)?;
     let key = key.to_string();
     let (decoded, rest) = match tag {

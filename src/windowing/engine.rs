@@ -279,6 +279,8 @@ impl Engine {
             lateness: spec.allowed_lateness,
         };
         let state = PartitionState::open(store, WINDOW_OPERATOR, partition, cache_keys, &rules)?;
+        // Every timer at or before the stored watermark had fired before that state was flushed.
+        let wm = state.stored_watermark().unwrap_or(i64::MIN);
         Ok(Engine {
             rules,
             trigger: spec.trigger,
@@ -291,7 +293,7 @@ impl Engine {
                 panes: Vec::new(),
                 stats: EngineStats::default(),
             },
-            wm: i64::MIN,
+            wm,
             now: 0,
             scratch: Vec::new(),
         })
@@ -302,7 +304,8 @@ impl Engine {
         self.rules.layout
     }
 
-    /// The current watermark (`i64::MIN` before any).
+    /// The current watermark (`i64::MIN` before any); a reopened engine resumes from the watermark
+    /// stored with its state.
     pub fn watermark(&self) -> i64 {
         self.wm
     }
@@ -607,6 +610,7 @@ impl Engine {
             return Ok(());
         }
         self.wm = wm;
+        self.state.note_watermark(wm);
         while let Some(t) = self.state.pop_event_timer(wm) {
             match t.kind {
                 TimerKind::Fire => self.on_fire(&t.key, t.window)?,

@@ -31,6 +31,15 @@ impl WatermarkTracker {
         }
     }
 
+    /// A tracker resuming from a stored watermark (after a restart or restore).
+    pub fn resume(spec: WatermarkSpec, wm: Millis) -> WatermarkTracker {
+        WatermarkTracker {
+            current: wm,
+            watermark_at_last_record: wm,
+            ..WatermarkTracker::new(spec)
+        }
+    }
+
     /// The current watermark.
     pub fn current(&self) -> Millis {
         self.current
