@@ -39,6 +39,86 @@ pub struct RawConfig {
     pub trigger: RawTrigger,
     /// The aggregations computed for every pane.
     pub aggregations: Vec<RawAggregation>,
+    /// Kafka settings for `tidemark run` (not needed by `simulate`).
+    #[serde(default)]
+    pub kafka: Option<RawKafka>,
+}
+
+/// The `[kafka]` section as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKafka {
+    /// `host:port[,host:port...]`.
+    pub bootstrap_servers: String,
+    /// Consumer group id and prefix of every topic and transactional id (default: the pipeline name).
+    #[serde(default)]
+    pub application_id: Option<String>,
+    /// Unique, stable id of this member (default: random per process); part of the transactional id.
+    #[serde(default)]
+    pub instance_id: Option<String>,
+    /// The input topic.
+    pub input_topic: String,
+    /// Where panes go.
+    pub output_topic: String,
+    /// Where late, malformed and future-stamped records go.
+    pub dead_letter_topic: String,
+    /// State changelog topic (default `<application_id>-changelog`).
+    #[serde(default)]
+    pub changelog_topic: Option<String>,
+    /// Partitions of the output and dead-letter topics when tidemark creates them (default: as input).
+    #[serde(default)]
+    pub output_partitions: Option<i32>,
+    /// How often the commit cycle runs (default `"100ms"`).
+    #[serde(default)]
+    pub commit_interval: Option<String>,
+    /// The commit cycle also runs after this many records (default 10,000).
+    #[serde(default)]
+    pub max_batch_records: Option<usize>,
+    /// Kafka `transaction.timeout.ms` (default `"10s"`).
+    #[serde(default)]
+    pub transaction_timeout: Option<String>,
+    /// Records stamped further than this ahead of the wall clock are dead-lettered (default `"1h"`).
+    #[serde(default)]
+    pub max_future_skew: Option<String>,
+    /// RocksDB directory (default `state/<application_id>`).
+    #[serde(default)]
+    pub state_dir: Option<String>,
+    /// Any librdkafka property, for consumer and producer alike.
+    #[serde(default)]
+    pub properties: std::collections::BTreeMap<String, String>,
+}
+
+/// The validated `[kafka]` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaSpec {
+    /// Bootstrap servers.
+    pub bootstrap_servers: String,
+    /// Consumer group id.
+    pub application_id: String,
+    /// This member's id.
+    pub instance_id: String,
+    /// Input topic.
+    pub input_topic: String,
+    /// Output topic.
+    pub output_topic: String,
+    /// Dead-letter topic.
+    pub dead_letter_topic: String,
+    /// Changelog topic.
+    pub changelog_topic: String,
+    /// Partitions for created output and dead-letter topics.
+    pub output_partitions: Option<i32>,
+    /// Commit interval in ms.
+    pub commit_interval: i64,
+    /// Records per batch before a commit.
+    pub max_batch_records: usize,
+    /// Transaction timeout in ms.
+    pub transaction_timeout: i64,
+    /// Maximum future skew in ms.
+    pub max_future_skew: i64,
+    /// State directory.
+    pub state_dir: std::path::PathBuf,
+    /// Extra librdkafka properties.
+    pub properties: std::collections::BTreeMap<String, String>,
 }
 
 /// Where fields are in an input event.
@@ -164,6 +244,8 @@ pub struct PipelineSpec {
     pub trigger: TriggerSpec,
     /// The aggregations, in output order.
     pub aggregations: Vec<AggSpec>,
+    /// Kafka settings, if the file has a `[kafka]` section.
+    pub kafka: Option<KafkaSpec>,
 }
 
 /// One violated rule, naming the field.
@@ -494,6 +576,7 @@ impl RawConfig {
             ));
         }
 
+        let kafka = self.kafka.as_ref().map(|k| self.validate_kafka(k, &mut c));
         if !c.violations.is_empty() {
             return Err(ConfigError::Invalid(c.violations));
         }
@@ -537,9 +620,131 @@ impl RawConfig {
                     accumulation,
                 },
                 aggregations,
+                kafka: kafka.flatten(),
             },
             c.warnings,
         ))
+    }
+
+    fn validate_kafka(&self, k: &RawKafka, c: &mut Checker) -> Option<KafkaSpec> {
+        let app = k
+            .application_id
+            .clone()
+            .unwrap_or_else(|| self.name.clone());
+        let topic_ok = |t: &str| {
+            !t.is_empty()
+                && t.len() <= 249
+                && t.chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || "._-".contains(ch))
+        };
+        for (field, t) in [
+            ("kafka.input_topic", Some(&k.input_topic)),
+            ("kafka.output_topic", Some(&k.output_topic)),
+            ("kafka.dead_letter_topic", Some(&k.dead_letter_topic)),
+            ("kafka.changelog_topic", k.changelog_topic.as_ref()),
+        ] {
+            if let Some(t) = t {
+                if !topic_ok(t) {
+                    c.fail(
+                        field,
+                        format!("{t:?} is not a valid topic name (letters, digits, '.', '_', '-')"),
+                    );
+                }
+            }
+        }
+        if !topic_ok(&app) {
+            c.fail(
+                "kafka.application_id",
+                format!("{app:?} must be usable in topic names"),
+            );
+        }
+        if k.bootstrap_servers.trim().is_empty() {
+            c.fail("kafka.bootstrap_servers", "must not be empty");
+        }
+        let changelog = k
+            .changelog_topic
+            .clone()
+            .unwrap_or_else(|| format!("{app}-changelog"));
+        let distinct = [
+            &k.input_topic,
+            &k.output_topic,
+            &k.dead_letter_topic,
+            &changelog,
+        ];
+        for (i, a) in distinct.iter().enumerate() {
+            if distinct[..i].contains(a) {
+                c.fail("kafka", format!("topic {a:?} is used for two purposes"));
+            }
+        }
+        if matches!(k.output_partitions, Some(n) if n < 1) {
+            c.fail("kafka.output_partitions", "must be at least 1");
+        }
+        if k.max_batch_records == Some(0) {
+            c.fail("kafka.max_batch_records", "must be at least 1");
+        }
+        for reserved in [
+            "transactional.id",
+            "group.id",
+            "enable.auto.commit",
+            "isolation.level",
+            "bootstrap.servers",
+        ] {
+            if k.properties.contains_key(reserved) {
+                c.fail(
+                    &format!("kafka.properties.{reserved}"),
+                    "is set by tidemark (exactly-once needs its own value)",
+                );
+            }
+        }
+        c.warnings.push(format!(
+            "tidemark run groups by the record key of {:?}; input.key ({:?}) is used by simulate only (grouping by a field needs repartitioning, which is not built)",
+            k.input_topic, self.input.key
+        ));
+        let commit_interval = c.duration(
+            "kafka.commit_interval",
+            k.commit_interval.as_deref(),
+            100,
+            true,
+        );
+        let txn = c.duration(
+            "kafka.transaction_timeout",
+            k.transaction_timeout.as_deref(),
+            10_000,
+            true,
+        );
+        let skew = c.duration(
+            "kafka.max_future_skew",
+            k.max_future_skew.as_deref(),
+            3_600_000,
+            false,
+        );
+        let instance_id = k.instance_id.clone().unwrap_or_else(|| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            format!("{}-{nanos:x}", std::process::id())
+        });
+        Some(KafkaSpec {
+            bootstrap_servers: k.bootstrap_servers.clone(),
+            instance_id,
+            input_topic: k.input_topic.clone(),
+            output_topic: k.output_topic.clone(),
+            dead_letter_topic: k.dead_letter_topic.clone(),
+            changelog_topic: changelog,
+            output_partitions: k.output_partitions,
+            commit_interval: commit_interval?,
+            max_batch_records: k.max_batch_records.unwrap_or(10_000),
+            transaction_timeout: txn?,
+            max_future_skew: skew?,
+            state_dir: k
+                .state_dir
+                .clone()
+                .map(Into::into)
+                .unwrap_or_else(|| std::path::PathBuf::from("state").join(&app)),
+            properties: k.properties.clone(),
+            application_id: app,
+        })
     }
 
     fn validate_window(&self, c: &mut Checker) -> Option<WindowKind> {

@@ -25,8 +25,10 @@
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod coordinator;
 pub mod record;
 pub mod simulate;
 pub mod sink;
+pub mod source;
 pub mod state;
 pub mod windowing;

@@ -98,26 +98,29 @@ impl JsonDecoder {
         self.decode_value(&value)
     }
 
+    /// Decodes raw bytes whose grouping key is given (the Kafka record key); the key field of the
+    /// input spec is not read.
+    pub fn decode_keyed(&self, bytes: &[u8], key: String) -> Result<Event, DecodeError> {
+        let value: Value =
+            serde_json::from_slice(bytes).map_err(|e| DecodeError::NotJson(e.to_string()))?;
+        self.decode_inner(&value, Some(key))
+    }
+
     /// Decodes an already parsed JSON value.
     pub fn decode_value(&self, value: &Value) -> Result<Event, DecodeError> {
+        self.decode_inner(value, None)
+    }
+
+    fn decode_inner(&self, value: &Value, given_key: Option<String>) -> Result<Event, DecodeError> {
         if !value.is_object() {
             return Err(DecodeError::NotJson(format!(
                 "expected an object, got {}",
                 type_name(value)
             )));
         }
-        let key_name = || self.spec.key.join(".");
-        let key = match lookup(value, &self.spec.key) {
-            None => return Err(DecodeError::MissingField(key_name())),
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Number(n)) => n.to_string(),
-            Some(other) => {
-                return Err(DecodeError::WrongType {
-                    field: key_name(),
-                    expected: "a string or a number",
-                    got: type_name(other),
-                })
-            }
+        let key = match given_key {
+            Some(k) => k,
+            None => self.key_field(value)?,
         };
         let ts = self.timestamp(value)?;
         let mut values = Vec::with_capacity(self.spec.fields.len());
@@ -135,6 +138,20 @@ impl JsonDecoder {
             }
         }
         Ok(Event { key, ts, values })
+    }
+
+    fn key_field(&self, value: &Value) -> Result<String, DecodeError> {
+        let key_name = || self.spec.key.join(".");
+        match lookup(value, &self.spec.key) {
+            None => Err(DecodeError::MissingField(key_name())),
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(Value::Number(n)) => Ok(n.to_string()),
+            Some(other) => Err(DecodeError::WrongType {
+                field: key_name(),
+                expected: "a string or a number",
+                got: type_name(other),
+            }),
+        }
     }
 
     fn timestamp(&self, value: &Value) -> Result<i64, DecodeError> {

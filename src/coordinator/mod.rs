@@ -1,0 +1,762 @@
+//! The coordinator: `tidemark run`'s loop and the commit cycle.
+//!
+//! Records are processed one at a time exactly as `simulate` does (one [`Engine`] per input
+//! partition); panes and dead letters go straight into the open transaction. Every
+//! `commit_interval`, or after `max_batch_records` records, [`Core::commit_cycle`] makes the batch
+//! durable. **It is the only place where offsets, output and state become durable**:
+//!
+//! 1. produce the changelog: every state entry changed since the last cycle, full value or
+//!    tombstone, stamped with the input offset this transaction commits;
+//! 2. await the delivery of everything produced in the transaction;
+//! 3. `send_offsets_to_transaction` with the consumer's group metadata (KIP-447 fencing);
+//! 4. `commit_transaction`;
+//! 5. write each partition's state batch to RocksDB together with its input offset and changelog
+//!    offset, in one WriteBatch;
+//! 6. begin the next transaction.
+//!
+//! Errors are classified with librdkafka's own predicates: retriable calls are retried; an
+//! abortable error aborts the transaction, drops the uncommitted state, seeks every partition back
+//! to its committed offset and carries on; a fatal error, or fencing, stops the process with a
+//! non-zero exit (abort is never called after fencing). Transaction calls block, so the whole loop
+//! runs on a dedicated thread, never on async workers.
+
+use crate::config::{KafkaSpec, PipelineSpec};
+use crate::record::JsonDecoder;
+use crate::sink::json::encode_pane;
+use crate::sink::kafka::{dead_letter_headers, pane_headers, DeadLetterInfo};
+use crate::source::{consumer_config, producer_config};
+use crate::state::cache::Changes;
+use crate::state::changelog::{restore, STAMP_HEADER};
+use crate::state::store::{StateStore, StoredOffsets};
+use crate::windowing::engine::{Admission, Engine, Pane, WINDOW_OPERATOR};
+use crate::windowing::watermark::WatermarkTracker;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Errors that stop `tidemark run`.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The configuration has no `[kafka]` section.
+    #[error("the pipeline has no [kafka] section")]
+    NoKafka,
+    /// Setting up clients, topics or state failed.
+    #[error("startup: {0}")]
+    Startup(String),
+    /// A fatal Kafka error or fencing: the process must stop.
+    #[error("fatal: {0}")]
+    Fatal(String),
+}
+
+/// Tracks deliveries of the open transaction.
+#[derive(Debug, Default)]
+struct Deliveries {
+    outstanding: AtomicUsize,
+    error: Mutex<Option<KafkaError>>,
+    /// Last delivered changelog offset per partition.
+    changelog: Mutex<HashMap<i32, i64>>,
+}
+
+/// Producer context: counts deliveries; the opaque is 0 for output, `1 + partition` for changelog.
+struct TxnContext(Arc<Deliveries>);
+
+impl ClientContext for TxnContext {}
+
+impl ProducerContext for TxnContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        match result {
+            Ok(m) if opaque > 0 => {
+                let mut map = self.0.changelog.lock().expect("lock");
+                let e = map.entry(opaque as i32 - 1).or_insert(m.offset());
+                *e = (*e).max(m.offset());
+            }
+            Ok(_) => {}
+            Err((e, _)) => *self.0.error.lock().expect("lock") = Some(e.clone()),
+        }
+        self.0.outstanding.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How a failed transactional step must be handled.
+#[derive(Debug)]
+enum CycleError {
+    /// Abort, rewind to the committed offsets, continue.
+    Abortable(String),
+    /// Stop the process.
+    Fatal(String),
+}
+
+fn classify(what: &str, e: KafkaError) -> Result<bool, CycleError> {
+    // Ok(true) = retry.
+    let fenced = matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::Fenced
+                | RDKafkaErrorCode::ProducerFenced
+                | RDKafkaErrorCode::InvalidProducerEpoch
+        )
+    );
+    if fenced {
+        return Err(CycleError::Fatal(format!(
+            "{what}: producer fenced by a newer instance: {e}"
+        )));
+    }
+    if let KafkaError::Transaction(t) = &e {
+        if t.is_fatal() {
+            return Err(CycleError::Fatal(format!("{what}: {e}")));
+        }
+        if t.is_retriable() {
+            return Ok(true);
+        }
+        if t.txn_requires_abort() {
+            return Err(CycleError::Abortable(format!("{what}: {e}")));
+        }
+    }
+    Err(CycleError::Abortable(format!("{what}: {e}")))
+}
+
+/// Runs a transactional call, retrying retriable errors a bounded number of times.
+fn with_retry(
+    what: &str,
+    mut call: impl FnMut() -> Result<(), KafkaError>,
+) -> Result<(), CycleError> {
+    for attempt in 0.. {
+        match call() {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                if classify(what, e)? && attempt < 20 {
+                    std::thread::sleep(Duration::from_millis(50 * (attempt + 1)));
+                    continue;
+                }
+                return Err(CycleError::Abortable(format!(
+                    "{what}: gave up after retries"
+                )));
+            }
+        }
+    }
+    unreachable!()
+}
+
+/// One input partition being processed.
+struct Part {
+    engine: Engine,
+    tracker: WatermarkTracker,
+    /// Offset after the last processed record.
+    next_offset: i64,
+    /// Input offset committed by the last transaction.
+    committed_offset: i64,
+    /// Watermark tracker as of the last commit, restored on abort.
+    committed_tracker: WatermarkTracker,
+    cf: String,
+}
+
+/// Everything the loop and the rebalance callbacks share.
+pub struct Core {
+    spec: PipelineSpec,
+    k: KafkaSpec,
+    store: StateStore,
+    producer: ThreadedProducer<TxnContext>,
+    deliveries: Arc<Deliveries>,
+    decoder: JsonDecoder,
+    parts: BTreeMap<i32, Part>,
+    batch_records: usize,
+    dirty: bool,
+    last_commit: Instant,
+    fatal: Option<String>,
+    /// Counters for logs: committed transactions, aborted transactions, panes, dead letters.
+    pub counters: [u64; 4],
+}
+
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Core {
+    fn send(&self, record: BaseRecord<'_, [u8], [u8], usize>) -> Result<(), CycleError> {
+        self.deliveries.outstanding.fetch_add(1, Ordering::AcqRel);
+        let mut record = record;
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((e, _)) => {
+                    self.deliveries.outstanding.fetch_sub(1, Ordering::AcqRel);
+                    return Err(classify("produce", e)
+                        .err()
+                        .unwrap_or(CycleError::Abortable("produce".into())));
+                }
+            }
+        }
+    }
+
+    fn send_panes(&mut self, panes: Vec<Pane>) -> Result<(), CycleError> {
+        for p in panes {
+            let value = encode_pane(&p, &self.spec.aggregations);
+            let record = BaseRecord::with_opaque_to(&self.k.output_topic, 0usize)
+                .key(p.key.as_bytes())
+                .payload(value.as_bytes())
+                .headers(pane_headers(&p));
+            self.send(record)?;
+            self.counters[2] += 1;
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
+    fn dead_letter(
+        &mut self,
+        msg: &BorrowedMessage<'_>,
+        info: DeadLetterInfo,
+    ) -> Result<(), CycleError> {
+        let mut record = BaseRecord::with_opaque_to(&self.k.dead_letter_topic, 0usize)
+            .headers(dead_letter_headers(&info));
+        if let Some(k) = msg.key() {
+            record = record.key(k);
+        }
+        if let Some(v) = msg.payload() {
+            record = record.payload(v);
+        }
+        self.send(record)?;
+        self.counters[3] += 1;
+        tracing::debug!(
+            reason = info.reason,
+            partition = info.partition,
+            offset = info.offset,
+            "dead letter"
+        );
+        Ok(())
+    }
+
+    /// Processes one input record, as `simulate` processes one line.
+    fn on_message(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), CycleError> {
+        let p = msg.partition();
+        let offset = msg.offset();
+        let now = wall_ms();
+        let skew = self.k.max_future_skew;
+        let topic = msg.topic().to_string();
+        let Some(part) = self.parts.get_mut(&p) else {
+            return Ok(()); // not (or no longer) ours
+        };
+        part.engine
+            .advance_processing_time(now)
+            .map_err(|e| CycleError::Fatal(e.to_string()))?;
+        let wm = part.engine.watermark();
+        let info = |reason, detail: String, late_by: Option<i64>| DeadLetterInfo {
+            reason,
+            topic: topic.clone(),
+            partition: p,
+            offset,
+            watermark: (wm != i64::MIN).then_some(wm),
+            late_by_ms: late_by,
+            detail,
+        };
+        let key = msg.key().map(|k| String::from_utf8_lossy(k).into_owned());
+        let decoded = match (key, msg.payload()) {
+            (None, _) => Err("record has no key".to_string()),
+            (_, None) => Err("record has no value".to_string()),
+            (Some(key), Some(v)) => self.decoder.decode_keyed(v, key).map_err(|e| e.to_string()),
+        };
+        part.next_offset = offset + 1;
+        self.batch_records += 1;
+        self.dirty = true;
+        let ev = match decoded {
+            Ok(ev) => ev,
+            Err(detail) => return self.dead_letter(msg, info("malformed", detail, None)),
+        };
+        if ev.ts > now.saturating_add(skew) {
+            let detail = format!(
+                "event time {} is more than {} ms ahead of the wall clock {now}",
+                ev.ts, skew
+            );
+            return self.dead_letter(msg, info("future_timestamp", detail, None));
+        }
+        let admission = part
+            .engine
+            .process(&ev)
+            .map_err(|e| CycleError::Fatal(e.to_string()))?;
+        let wm_after = part.tracker.on_record(ev.ts, now);
+        part.engine
+            .advance_watermark(wm_after)
+            .map_err(|e| CycleError::Fatal(e.to_string()))?;
+        let panes = part.engine.take_panes();
+        if let Admission::Late { watermark } = admission {
+            let detail = format!(
+                "every window of event time {} has expired at watermark {watermark}",
+                ev.ts
+            );
+            self.dead_letter(
+                msg,
+                info("late", detail, Some(watermark.saturating_sub(ev.ts))),
+            )?;
+        }
+        self.send_panes(panes)
+    }
+
+    /// Lets processing time move idle watermarks and early firings when no record arrives.
+    fn on_tick(&mut self) -> Result<(), CycleError> {
+        let now = wall_ms();
+        let mut panes = Vec::new();
+        for part in self.parts.values_mut() {
+            let fatal = |e: crate::windowing::engine::EngineError| CycleError::Fatal(e.to_string());
+            part.engine.advance_processing_time(now).map_err(fatal)?;
+            let wm = part.tracker.on_processing_time(now);
+            part.engine.advance_watermark(wm).map_err(fatal)?;
+            panes.extend(part.engine.take_panes());
+        }
+        self.send_panes(panes)
+    }
+
+    fn due(&self) -> bool {
+        self.dirty
+            && (self.batch_records >= self.k.max_batch_records
+                || self.last_commit.elapsed()
+                    >= Duration::from_millis(self.k.commit_interval as u64))
+    }
+
+    /// The commit cycle: the only place where offsets, output and state become durable.
+    fn commit_cycle<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+    ) -> Result<(), CycleError> {
+        let changes = self.step1_produce_changelog()?;
+        self.step2_await_deliveries()?;
+        self.step3_send_offsets(consumer)?;
+        self.step4_commit()?;
+        self.step5_write_local_state(changes)?;
+        self.step6_begin()
+    }
+
+    fn step1_produce_changelog(&mut self) -> Result<Vec<(i32, Changes)>, CycleError> {
+        let mut all = Vec::new();
+        let parts: Vec<i32> = self.parts.keys().copied().collect();
+        for p in parts {
+            let part = self.parts.get_mut(&p).expect("listed");
+            let changes = part.engine.take_changes();
+            let stamp = part.next_offset.to_string();
+            for (key, value) in changes.iter() {
+                let headers = OwnedHeaders::new().insert(Header {
+                    key: STAMP_HEADER,
+                    value: Some(stamp.as_str()),
+                });
+                let mut record =
+                    BaseRecord::with_opaque_to(&self.k.changelog_topic, 1 + p as usize)
+                        .partition(p)
+                        .key(key)
+                        .headers(headers);
+                if let Some(v) = value {
+                    record = record.payload(v);
+                }
+                self.send(record)?;
+            }
+            all.push((p, changes));
+        }
+        Ok(all)
+    }
+
+    fn step2_await_deliveries(&mut self) -> Result<(), CycleError> {
+        let deadline = Instant::now() + Duration::from_millis(self.k.transaction_timeout as u64);
+        while self.deliveries.outstanding.load(Ordering::Acquire) > 0 {
+            if Instant::now() > deadline {
+                return Err(CycleError::Abortable(
+                    "deliveries did not complete within the transaction timeout".into(),
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if let Some(e) = self.deliveries.error.lock().expect("lock").take() {
+            return Err(classify("delivery", e)
+                .err()
+                .unwrap_or(CycleError::Abortable("delivery failed".into())));
+        }
+        Ok(())
+    }
+
+    fn step3_send_offsets<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+    ) -> Result<(), CycleError> {
+        let mut tpl = TopicPartitionList::new();
+        for (&p, part) in &self.parts {
+            tpl.add_partition_offset(&self.k.input_topic, p, Offset::Offset(part.next_offset))
+                .map_err(|e| CycleError::Fatal(e.to_string()))?;
+        }
+        if tpl.count() == 0 {
+            return Ok(());
+        }
+        let cgm = consumer
+            .group_metadata()
+            .ok_or_else(|| CycleError::Abortable("no consumer group metadata yet".into()))?;
+        let timeout = Duration::from_millis(self.k.transaction_timeout as u64);
+        with_retry("send_offsets_to_transaction", || {
+            self.producer
+                .send_offsets_to_transaction(&tpl, &cgm, timeout)
+        })
+    }
+
+    fn step4_commit(&mut self) -> Result<(), CycleError> {
+        let timeout = Duration::from_millis(self.k.transaction_timeout as u64);
+        with_retry("commit_transaction", || {
+            self.producer.commit_transaction(timeout)
+        })?;
+        self.counters[0] += 1;
+        Ok(())
+    }
+
+    fn step5_write_local_state(&mut self, changes: Vec<(i32, Changes)>) -> Result<(), CycleError> {
+        let changelog = std::mem::take(&mut *self.deliveries.changelog.lock().expect("lock"));
+        for (p, ch) in changes {
+            let part = self.parts.get_mut(&p).expect("listed");
+            let offsets = StoredOffsets {
+                input: Some(part.next_offset),
+                changelog: changelog.get(&p).map(|o| o + 1),
+            };
+            part.engine
+                .write_changes(&ch, Some(offsets))
+                .map_err(|e| CycleError::Fatal(format!("writing local state: {e}")))?;
+            part.committed_offset = part.next_offset;
+            part.committed_tracker = part.tracker.clone();
+        }
+        self.batch_records = 0;
+        self.dirty = false;
+        self.last_commit = Instant::now();
+        Ok(())
+    }
+
+    fn step6_begin(&mut self) -> Result<(), CycleError> {
+        self.producer.begin_transaction().map_err(|e| {
+            classify("begin_transaction", e)
+                .err()
+                .unwrap_or(CycleError::Fatal("begin".into()))
+        })
+    }
+
+    /// Aborts the open transaction and rewinds every partition to its committed state and offset.
+    fn abort_and_rewind<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+        why: &str,
+    ) -> Result<(), RunError> {
+        tracing::warn!("aborting transaction: {why}");
+        let timeout = Duration::from_millis(self.k.transaction_timeout as u64);
+        // Wait for outstanding deliveries to settle (they fail or land in the aborted transaction).
+        let deadline = Instant::now() + timeout;
+        while self.deliveries.outstanding.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.producer
+            .abort_transaction(timeout)
+            .map_err(|e| RunError::Fatal(format!("abort_transaction: {e}")))?;
+        self.deliveries.error.lock().expect("lock").take();
+        self.deliveries.changelog.lock().expect("lock").clear();
+        self.counters[1] += 1;
+        let parts: Vec<i32> = self.parts.keys().copied().collect();
+        for p in parts {
+            let part = self.parts.get_mut(&p).expect("listed");
+            // Reopening drops the uncommitted cache: RocksDB holds exactly the committed state.
+            part.engine = Engine::open(&self.spec, &self.store, p)
+                .map_err(|e| RunError::Fatal(e.to_string()))?;
+            part.tracker = part.committed_tracker.clone();
+            part.next_offset = part.committed_offset;
+            consumer
+                .seek(
+                    &self.k.input_topic,
+                    p,
+                    Offset::Offset(part.committed_offset),
+                    timeout,
+                )
+                .map_err(|e| RunError::Fatal(format!("seek partition {p}: {e}")))?;
+        }
+        self.batch_records = 0;
+        self.dirty = false;
+        self.producer
+            .begin_transaction()
+            .map_err(|e| RunError::Fatal(format!("begin_transaction after abort: {e}")))
+    }
+
+    /// Runs the commit cycle and handles its failure as the module docs say.
+    fn commit<C: ConsumerContext>(&mut self, consumer: &BaseConsumer<C>) -> Result<(), RunError> {
+        match self.commit_cycle(consumer) {
+            Ok(()) => Ok(()),
+            Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
+            Err(CycleError::Abortable(m)) => self.abort_and_rewind(consumer, &m),
+        }
+    }
+
+    /// Brings newly assigned partitions' state up to their committed offsets, then opens them.
+    fn assign<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+        tpl: &TopicPartitionList,
+    ) -> Result<(), RunError> {
+        let committed = consumer
+            .committed_offsets(tpl.clone(), Duration::from_secs(30))
+            .map_err(|e| RunError::Fatal(format!("reading committed offsets: {e}")))?;
+        for el in committed.elements() {
+            let p = el.partition();
+            let committed = match el.offset() {
+                Offset::Offset(o) => o,
+                _ => 0,
+            };
+            let cf = StateStore::cf_name(WINDOW_OPERATOR, p);
+            let stored = self
+                .store
+                .offsets(&cf)
+                .map_err(|e| RunError::Fatal(e.to_string()))?;
+            let started = Instant::now();
+            if stored.input == Some(committed) {
+                tracing::info!(
+                    partition = p,
+                    committed,
+                    "local state is current; no restore"
+                );
+            } else {
+                let from = match stored {
+                    StoredOffsets {
+                        input: Some(i),
+                        changelog: Some(c),
+                    } if i < committed => c,
+                    _ => {
+                        self.store
+                            .drop_cf(&cf)
+                            .map_err(|e| RunError::Fatal(e.to_string()))?;
+                        0
+                    }
+                };
+                let stats = restore(
+                    &self.store,
+                    &cf,
+                    &self.k.bootstrap_servers,
+                    &self.k.changelog_topic,
+                    p,
+                    from,
+                    committed,
+                )
+                .map_err(|e| RunError::Fatal(format!("restoring partition {p}: {e}")))?;
+                tracing::info!(
+                    partition = p,
+                    committed,
+                    from,
+                    applied = stats.applied,
+                    skipped = stats.skipped,
+                    ms = started.elapsed().as_millis() as u64,
+                    "restored partition state from the changelog"
+                );
+            }
+            let engine = Engine::open(&self.spec, &self.store, p)
+                .map_err(|e| RunError::Fatal(e.to_string()))?;
+            // The watermark resumes from the one stored with the state, so replayed records are
+            // judged as they were the first time.
+            let tracker = WatermarkTracker::resume(self.spec.watermark, engine.watermark());
+            self.parts.insert(
+                p,
+                Part {
+                    engine,
+                    committed_tracker: tracker.clone(),
+                    tracker,
+                    next_offset: committed,
+                    committed_offset: committed,
+                    cf,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Commits the open transaction, then closes the revoked partitions' state.
+    fn revoke<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+        tpl: &TopicPartitionList,
+    ) -> Result<(), RunError> {
+        self.commit(consumer)?;
+        for el in tpl.elements() {
+            if let Some(part) = self.parts.remove(&el.partition()) {
+                tracing::info!(
+                    partition = el.partition(),
+                    cf = part.cf,
+                    "partition revoked"
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The consumer context: rebalance callbacks run the coordinator's assign and revoke.
+pub struct RebalanceContext {
+    core: Arc<Mutex<Core>>,
+}
+
+impl ClientContext for RebalanceContext {}
+
+impl ConsumerContext for RebalanceContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let mut core = self.core.lock().expect("lock");
+            if let Err(e) = core.revoke(consumer, tpl) {
+                core.fatal = Some(e.to_string());
+            }
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            let mut core = self.core.lock().expect("lock");
+            if let Err(e) = core.assign(consumer, tpl) {
+                core.fatal = Some(e.to_string());
+            }
+        }
+    }
+}
+
+fn ensure_topics(k: &KafkaSpec) -> Result<i32, RunError> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let probe: BaseConsumer = crate::source::base_config(k)
+        .create()
+        .map_err(|e| RunError::Startup(format!("creating a client: {e}")))?;
+    let meta = probe
+        .fetch_metadata(Some(&k.input_topic), Duration::from_secs(10))
+        .map_err(|e| RunError::Startup(format!("reading metadata of {}: {e}", k.input_topic)))?;
+    let partitions = meta
+        .topics()
+        .first()
+        .filter(|t| t.error().is_none())
+        .map(|t| t.partitions().len() as i32)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| {
+            RunError::Startup(format!("input topic {} does not exist", k.input_topic))
+        })?;
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = crate::source::base_config(k)
+        .create()
+        .map_err(|e| RunError::Startup(format!("creating an admin client: {e}")))?;
+    let out_parts = k.output_partitions.unwrap_or(partitions);
+    let topics = [
+        NewTopic::new(&k.output_topic, out_parts, TopicReplication::Fixed(1)),
+        NewTopic::new(&k.dead_letter_topic, out_parts, TopicReplication::Fixed(1)),
+        NewTopic::new(&k.changelog_topic, partitions, TopicReplication::Fixed(1))
+            .set("cleanup.policy", "compact"),
+    ];
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RunError::Startup(e.to_string()))?;
+    let results = rt
+        .block_on(admin.create_topics(
+            topics.iter(),
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        ))
+        .map_err(|e| RunError::Startup(format!("creating topics: {e}")))?;
+    for r in results {
+        match r {
+            Ok(t) => tracing::info!(topic = t, "created topic"),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, e)) => return Err(RunError::Startup(format!("creating topic {t}: {e}"))),
+        }
+    }
+    Ok(partitions)
+}
+
+/// Runs the pipeline as a member of its consumer group until `shutdown` is set or a fatal error.
+pub fn run(spec: PipelineSpec, shutdown: Arc<AtomicBool>) -> Result<(), RunError> {
+    let k = spec.kafka.clone().ok_or(RunError::NoKafka)?;
+    let partitions = ensure_topics(&k)?;
+    tracing::info!(
+        input = k.input_topic,
+        partitions,
+        group = k.application_id,
+        "starting"
+    );
+    std::fs::create_dir_all(&k.state_dir)
+        .map_err(|e| RunError::Startup(format!("{}: {e}", k.state_dir.display())))?;
+    let store = StateStore::open(&k.state_dir).map_err(|e| RunError::Startup(e.to_string()))?;
+    let deliveries = Arc::new(Deliveries::default());
+    let producer: ThreadedProducer<TxnContext> = producer_config(&k)
+        .create_with_context(TxnContext(deliveries.clone()))
+        .map_err(|e| RunError::Startup(format!("creating the producer: {e}")))?;
+    let timeout = Duration::from_millis(k.transaction_timeout as u64);
+    producer
+        .init_transactions(timeout.max(Duration::from_secs(30)))
+        .map_err(|e| RunError::Fatal(format!("init_transactions: {e}")))?;
+    producer
+        .begin_transaction()
+        .map_err(|e| RunError::Fatal(format!("begin_transaction: {e}")))?;
+    let core = Arc::new(Mutex::new(Core {
+        decoder: JsonDecoder::new(spec.input.clone()),
+        spec,
+        k: k.clone(),
+        store,
+        producer,
+        deliveries,
+        parts: BTreeMap::new(),
+        batch_records: 0,
+        dirty: false,
+        last_commit: Instant::now(),
+        fatal: None,
+        counters: [0; 4],
+    }));
+    let consumer: BaseConsumer<RebalanceContext> = consumer_config(&k)
+        .create_with_context(RebalanceContext { core: core.clone() })
+        .map_err(|e| RunError::Startup(format!("creating the consumer: {e}")))?;
+    consumer
+        .subscribe(&[&k.input_topic])
+        .map_err(|e| RunError::Startup(format!("subscribing: {e}")))?;
+    let poll = Duration::from_millis((k.commit_interval as u64 / 4).clamp(1, 50));
+    let mut result = Ok(());
+    while !shutdown.load(Ordering::Relaxed) {
+        let msg = consumer.poll(poll);
+        let mut c = core.lock().expect("lock");
+        if let Some(f) = c.fatal.take() {
+            result = Err(RunError::Fatal(f));
+            break;
+        }
+        let step = match msg {
+            Some(Ok(m)) => c.on_message(&m),
+            Some(Err(e)) => {
+                tracing::warn!("consumer: {e}");
+                Ok(())
+            }
+            None => c.on_tick(),
+        };
+        let outcome = match step {
+            Ok(()) if c.due() => c.commit(&consumer),
+            Ok(()) => Ok(()),
+            Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
+            Err(CycleError::Abortable(m)) => c.abort_and_rewind(&consumer, &m),
+        };
+        if let Err(e) = outcome {
+            result = Err(e);
+            break;
+        }
+    }
+    if result.is_ok() {
+        tracing::info!("shutting down: committing the open transaction");
+        let mut c = core.lock().expect("lock");
+        c.dirty = true;
+        result = c.commit(&consumer);
+        let counters = c.counters;
+        drop(c);
+        tracing::info!(
+            committed = counters[0],
+            aborted = counters[1],
+            panes = counters[2],
+            dead_letters = counters[3],
+            "stopped"
+        );
+        consumer.unsubscribe();
+    }
+    result
+}

@@ -1,0 +1,56 @@
+//! The input side: the consumer of the pipeline's group and the client settings shared with the
+//! producer.
+//!
+//! The consumer reads with `read_committed` isolation, never commits offsets itself (offsets are
+//! committed only inside transactions by the coordinator), and uses the cooperative-sticky
+//! assignor. User properties from `[kafka.properties]` come last, except the ones tidemark owns.
+
+use crate::config::KafkaSpec;
+use rdkafka::ClientConfig;
+
+/// Settings common to every client tidemark creates.
+pub fn base_config(k: &KafkaSpec) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &k.bootstrap_servers);
+    for (key, value) in &k.properties {
+        c.set(key, value);
+    }
+    c
+}
+
+/// The consumer configuration.
+pub fn consumer_config(k: &KafkaSpec) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("partition.assignment.strategy", "cooperative-sticky");
+    c.set("auto.offset.reset", "earliest");
+    for (key, value) in base_config(k).config_map() {
+        c.set(key, value);
+    }
+    c.set("group.id", &k.application_id);
+    c.set("enable.auto.commit", "false");
+    c.set("enable.auto.offset.store", "false");
+    c.set("isolation.level", "read_committed");
+    c
+}
+
+/// The transactional producer configuration.
+pub fn producer_config(k: &KafkaSpec) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("linger.ms", "5");
+    for (key, value) in base_config(k).config_map() {
+        // Consumer-only properties would make librdkafka warn on the producer.
+        if !key.starts_with("session.")
+            && !key.starts_with("max.poll")
+            && !key.starts_with("group.")
+        {
+            c.set(key, value);
+        }
+    }
+    c.set(
+        "transactional.id",
+        format!("{}-{}", k.application_id, k.instance_id),
+    );
+    c.set("transaction.timeout.ms", k.transaction_timeout.to_string());
+    c.set("enable.idempotence", "true");
+    c
+}
