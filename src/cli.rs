@@ -1,8 +1,8 @@
-//! The command line: `validate`, `simulate`, `run` and `audit`.
+//! The command line: `validate`, `simulate`, `run`, `produce` and `audit`.
 
 use crate::config;
 use crate::state::store::StateStore;
-use crate::{audit, coordinator, simulate};
+use crate::{audit, coordinator, produce, simulate};
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::fs::File;
@@ -69,6 +69,36 @@ pub enum Command {
         /// The pipeline file (TOML) with a [kafka] section.
         #[arg(long)]
         config: PathBuf,
+    },
+    /// Produce synthetic clickstream events (JSON) to a topic.
+    Produce {
+        /// Bootstrap servers.
+        #[arg(long, env = "TIDEMARK_BOOTSTRAP_SERVERS")]
+        bootstrap_servers: String,
+        /// Target topic (created when missing).
+        #[arg(long)]
+        topic: String,
+        /// Partitions when the topic is created.
+        #[arg(long, default_value_t = 3)]
+        partitions: i32,
+        /// Number of events.
+        #[arg(long, default_value_t = 10_000)]
+        events: u64,
+        /// Events per second; 0 = as fast as possible.
+        #[arg(long, default_value_t = 1_000)]
+        rate: u64,
+        /// Distinct keys.
+        #[arg(long, default_value_t = 100)]
+        keys: u64,
+        /// Maximum disorder in ms (applied to 10% of events).
+        #[arg(long, default_value_t = 2_000)]
+        disorder_ms: i64,
+        /// Share of late records (stamped an hour back), 0..1.
+        #[arg(long, default_value_t = 0.0)]
+        late_share: f64,
+        /// Share of malformed records, 0..1.
+        #[arg(long, default_value_t = 0.0)]
+        malformed_share: f64,
     },
     /// Read a topic's raw log, resolve its transactions, and check panes for duplicates and gaps.
     Audit {
@@ -198,6 +228,31 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     Ok(1)
                 }
             }
+        }
+        Command::Produce {
+            bootstrap_servers,
+            topic,
+            partitions,
+            events,
+            rate,
+            keys,
+            disorder_ms,
+            late_share,
+            malformed_share,
+        } => {
+            let sent = produce::run(&produce::ProduceOptions {
+                bootstrap_servers,
+                topic: topic.clone(),
+                partitions,
+                events,
+                rate,
+                keys,
+                disorder_ms,
+                late_share,
+                malformed_share,
+            })?;
+            eprintln!("produce: {sent} events to {topic}");
+            Ok(0)
         }
         Command::Audit {
             bootstrap_servers,

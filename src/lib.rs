@@ -5,6 +5,7 @@
 //!
 //! * [`config`] — the pipeline file (TOML), environment overrides, and `validate()`, which lists
 //!   every violation at once.
+//! * [`produce`] — `tidemark produce`: a clickstream load generator.
 //! * [`record`] — decoding input records (JSON) into the engine's [`record::Event`].
 //! * [`windowing`] — the pure, deterministic core: time arithmetic, window assigners, watermarks,
 //!   triggers, mergeable aggregates and the [`windowing::engine::Engine`] that fires panes. It knows
@@ -26,6 +27,7 @@ pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod coordinator;
+pub mod produce;
 pub mod record;
 pub mod simulate;
 pub mod sink;
