@@ -450,6 +450,10 @@ impl Core {
         consumer: &BaseConsumer<C>,
         why: &str,
     ) -> Result<(), RunError> {
+        // Never abort after fencing or another fatal error: stop instead.
+        if let Some(fatal) = self.producer_fatal() {
+            return Err(RunError::Fatal(format!("{fatal} (while handling: {why})")));
+        }
         tracing::warn!("aborting transaction: {why}");
         let timeout = Duration::from_millis(self.k.transaction_timeout as u64);
         // Wait for outstanding deliveries to settle (they fail or land in the aborted transaction).
@@ -494,6 +498,15 @@ impl Core {
             Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
             Err(CycleError::Abortable(m)) => self.abort_and_rewind(consumer, &m),
         }
+    }
+
+    /// librdkafka's fatal error, if the producer has one (fencing surfaces here even when the
+    /// failed call itself reported something milder, such as purged deliveries).
+    fn producer_fatal(&self) -> Option<String> {
+        self.producer
+            .client()
+            .fatal_error()
+            .map(|(code, reason)| format!("fatal producer error {code:?}: {reason}"))
     }
 
     /// Brings newly assigned partitions' state up to their committed offsets, then opens them.
@@ -596,6 +609,10 @@ impl Core {
     }
 }
 
+fn partitions_of(tpl: &TopicPartitionList) -> Vec<i32> {
+    tpl.elements().iter().map(|e| e.partition()).collect()
+}
+
 /// The consumer context: rebalance callbacks run the coordinator's assign and revoke.
 pub struct RebalanceContext {
     core: Arc<Mutex<Core>>,
@@ -605,6 +622,15 @@ impl ClientContext for RebalanceContext {}
 
 impl ConsumerContext for RebalanceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                tracing::info!(partitions = ?partitions_of(tpl), "rebalance: assigning")
+            }
+            Rebalance::Revoke(tpl) => {
+                tracing::info!(partitions = ?partitions_of(tpl), "rebalance: revoking")
+            }
+            Rebalance::Error(e) => tracing::warn!("rebalance error: {e}"),
+        }
         if let Rebalance::Revoke(tpl) = rebalance {
             let mut core = self.core.lock().expect("lock");
             if let Err(e) = core.revoke(consumer, tpl) {
@@ -756,7 +782,10 @@ pub fn run(spec: PipelineSpec, shutdown: Arc<AtomicBool>) -> Result<(), RunError
             dead_letters = counters[3],
             "stopped"
         );
-        consumer.unsubscribe();
     }
+    // Leave the group at once, so the partitions move to other members without waiting for the
+    // session to time out (revocation runs the commit cycle, which fails harmlessly after a fatal
+    // error).
+    consumer.unsubscribe();
     result
 }
