@@ -84,3 +84,254 @@ impl Drop for Broker {
         let _ = self.child.wait();
     }
 }
+
+/// A generated input and the panes `tidemark simulate` computes for it, per partition.
+pub struct Scenario {
+    /// (partition, key, value) in production order.
+    pub records: Vec<(i32, String, String)>,
+    /// Expected committed pane JSON lines (windows ending by the cutoff), sorted.
+    pub expected: Vec<String>,
+    /// Expected number of dead letters.
+    pub expected_dead: usize,
+}
+
+/// A pipeline file for `tidemark run` with a [kafka] section.
+pub fn pipeline(
+    broker: &str,
+    state: &std::path::Path,
+    instance: Option<&str>,
+    extra_props: &str,
+) -> String {
+    let instance = instance
+        .map(|i| format!("instance_id = \"{i}\"\n"))
+        .unwrap_or_default();
+    format!(
+        r#"
+name = "scn"
+allowed_lateness = "1s"
+[input]
+key = "user"
+timestamp = "ts"
+[window]
+type = "tumbling"
+size = "1s"
+[watermark]
+max_out_of_orderness = "300ms"
+[[aggregations]]
+name = "n"
+op = "count"
+[[aggregations]]
+name = "total"
+op = "sum"
+field = "amount"
+[kafka]
+bootstrap_servers = "{broker}"
+application_id = "scn"
+{instance}input_topic = "events"
+output_topic = "panes"
+dead_letter_topic = "dead"
+state_dir = "{}"
+commit_interval = "100ms"
+max_batch_records = 200
+[kafka.properties]
+"session.timeout.ms" = "6000"
+"max.poll.interval.ms" = "10000"
+{extra_props}
+"#,
+        state.display()
+    )
+}
+
+impl Scenario {
+    /// `n` events over `partitions` partitions, an hour in the past, 30 keys, with disorder, one late
+    /// and one malformed record every 1,000 events, and a far-ahead record per partition.
+    pub fn generate(partitions: i32, n: i64, seed: u64) -> Scenario {
+        use serde_json::json;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let base = (now - 3_600_000) / 1000 * 1000;
+        let mut records = Vec::new();
+        let mut x = seed | 1;
+        for i in 0..n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let user = format!("u{}", x % 30);
+            let p = (x % 30) as i32 % partitions;
+            let jitter = if x % 10 == 0 {
+                -(((x >> 8) % 300) as i64)
+            } else {
+                0
+            };
+            let ts = base + i * 5 + jitter;
+            records.push((
+                p,
+                user.clone(),
+                json!({"user": user, "ts": ts, "amount": (x % 50) as i64}).to_string(),
+            ));
+            if i % 1000 == 999 {
+                let p = (i / 1000) as i32 % partitions;
+                records.push((
+                    p,
+                    "late".into(),
+                    json!({"user": "late", "ts": base - 60_000, "amount": 1}).to_string(),
+                ));
+                records.push((p, "bad".into(), "not json at all".to_string()));
+            }
+        }
+        let cutoff = base + n * 5 + 60_000;
+        for p in 0..partitions {
+            records.push((
+                p,
+                "end".into(),
+                json!({"user": "end", "ts": cutoff, "amount": 0}).to_string(),
+            ));
+        }
+        // Expected output: simulate on each partition's records.
+        let text = pipeline(
+            "127.0.0.1:1",
+            std::path::Path::new("/nonexistent"),
+            None,
+            "",
+        );
+        let (spec, _) = tidemark::config::parse_raw(&text, Vec::new())
+            .unwrap()
+            .validate()
+            .unwrap();
+        let mut per_partition: std::collections::BTreeMap<i32, Vec<String>> = Default::default();
+        for (p, _, v) in &records {
+            per_partition.entry(*p).or_default().push(v.clone());
+        }
+        let (mut expected, mut expected_dead) = (Vec::new(), 0);
+        for lines in per_partition.values() {
+            let tmp = tempfile::tempdir().unwrap();
+            let store = tidemark::state::store::StateStore::open(tmp.path()).unwrap();
+            let (mut panes, mut dead) = (Vec::new(), Vec::new());
+            tidemark::simulate::run(
+                &spec,
+                &store,
+                lines.join("\n").as_bytes(),
+                &mut panes,
+                &mut dead,
+            )
+            .unwrap();
+            expected_dead += String::from_utf8(dead).unwrap().lines().count();
+            for l in String::from_utf8(panes).unwrap().lines() {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                if v["window_end"].as_i64().unwrap() <= cutoff {
+                    expected.push(l.to_string());
+                }
+            }
+        }
+        expected.sort();
+        Scenario {
+            records,
+            expected,
+            expected_dead,
+        }
+    }
+
+    /// Produces the records in a background thread, `batch` at a time with `pause` between.
+    pub fn produce(
+        &self,
+        broker: &str,
+        batch: usize,
+        pause: Duration,
+    ) -> std::thread::JoinHandle<()> {
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        let records = self.records.clone();
+        let addr = broker.to_string();
+        std::thread::spawn(move || {
+            let producer: BaseProducer = ClientConfig::new()
+                .set("bootstrap.servers", &addr)
+                .create()
+                .unwrap();
+            for chunk in records.chunks(batch) {
+                for (p, k, v) in chunk {
+                    producer
+                        .send(BaseRecord::to("events").partition(*p).key(k).payload(v))
+                        .unwrap();
+                }
+                producer.flush(Duration::from_secs(10)).unwrap();
+                std::thread::sleep(pause);
+            }
+        })
+    }
+}
+
+/// Starts `tidemark run` on a pipeline file.
+pub fn start_member(cfg: &std::path::Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["run", "--config"])
+        .arg(cfg)
+        .env(
+            "TIDEMARK_LOG",
+            std::env::var("TIDEMARK_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .spawn()
+        .unwrap()
+}
+
+/// Sends SIGTERM and waits (at most 30 s) for the exit status.
+pub fn stop_member(mut child: Child) -> std::process::ExitStatus {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tidemark run did not stop within 30 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Committed record values of a topic, judged from the raw log.
+pub fn committed_values(broker: &str, topic: &str) -> Vec<String> {
+    tidemark::audit::read_topic(broker, topic)
+        .unwrap()
+        .committed
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone().unwrap_or_default().to_vec()).unwrap())
+        .collect()
+}
+
+/// Waits until `topic` holds at least `n` committed records or `secs` pass; returns the count.
+pub fn wait_for(broker: &str, topic: &str, n: usize, secs: u64) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let got = committed_values(broker, topic).len();
+        if got >= n || Instant::now() > deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Asserts the output is exactly the expected panes, once each, and the dead letters likewise.
+pub fn assert_exactly_once(broker: &str, s: &Scenario) {
+    let log = tidemark::audit::read_topic(broker, "panes").unwrap();
+    let report = tidemark::audit::check_panes(&log.committed);
+    assert!(
+        report.duplicates.is_empty(),
+        "duplicates: {:?}",
+        report.duplicates
+    );
+    assert!(report.gaps.is_empty(), "gaps: {:?}", report.gaps);
+    let mut got = committed_values(broker, "panes");
+    got.sort();
+    assert_eq!(got.len(), s.expected.len(), "committed panes vs simulate");
+    assert_eq!(got, s.expected);
+    assert_eq!(
+        committed_values(broker, "dead").len(),
+        s.expected_dead,
+        "dead letters"
+    );
+}
