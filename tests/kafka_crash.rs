@@ -10,7 +10,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use tidemark::audit::{check_panes, read_topic};
 use tidemark::config::parse_raw;
@@ -56,24 +56,6 @@ max_batch_records = 200
 "#,
         state.display()
     )
-}
-
-fn start(cfg: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(["run", "--config"])
-        .arg(cfg)
-        .env("TIDEMARK_LOG", "warn")
-        .spawn()
-        .unwrap()
-}
-
-fn committed_values(broker: &str, topic: &str) -> Vec<String> {
-    read_topic(broker, topic)
-        .unwrap()
-        .committed
-        .iter()
-        .map(|r| String::from_utf8(r.value.clone().unwrap_or_default().to_vec()).unwrap())
-        .collect()
 }
 
 #[test]
@@ -197,10 +179,10 @@ fn kill_9_never_loses_or_duplicates() {
         } else {
             cfg_path(&format!("fresh-{round}"))
         };
-        let before = committed_values(&broker.addr, "panes").len();
-        let mut child = start(&cfg);
+        let before = common::committed_values(&broker.addr, "panes").len();
+        let mut child = common::start_member(&cfg);
         let started = Instant::now();
-        while committed_values(&broker.addr, "panes").len() <= before
+        while common::committed_values(&broker.addr, "panes").len() <= before
             && started.elapsed() < Duration::from_secs(40)
         {
             std::thread::sleep(Duration::from_millis(100));
@@ -212,7 +194,7 @@ fn kill_9_never_loses_or_duplicates() {
         std::thread::sleep(Duration::from_millis(wait));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        let after = committed_values(&broker.addr, "panes").len();
+        let after = common::committed_values(&broker.addr, "panes").len();
         if after > before {
             progressed += 1;
         }
@@ -228,9 +210,9 @@ fn kill_9_never_loses_or_duplicates() {
     producer_thread.join().unwrap();
 
     // A final member on a fresh directory (one more restore) runs until the output is complete.
-    let mut child = start(&cfg_path("final"));
+    let mut child = common::start_member(&cfg_path("final"));
     let deadline = Instant::now() + Duration::from_secs(120);
-    while committed_values(&broker.addr, "panes").len() < expected.len()
+    while common::committed_values(&broker.addr, "panes").len() < expected.len()
         && Instant::now() < deadline
     {
         std::thread::sleep(Duration::from_millis(500));
@@ -254,12 +236,12 @@ fn kill_9_never_loses_or_duplicates() {
         report.duplicates
     );
     assert!(report.gaps.is_empty(), "gaps: {:?}", report.gaps);
-    let mut got = committed_values(&broker.addr, "panes");
+    let mut got = common::committed_values(&broker.addr, "panes");
     got.sort();
     assert_eq!(got.len(), expected.len(), "committed panes vs simulate");
     assert_eq!(got, expected);
     assert_eq!(
-        committed_values(&broker.addr, "dead").len(),
+        common::committed_values(&broker.addr, "dead").len(),
         expected_dead,
         "dead letters"
     );

@@ -8,7 +8,6 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use tidemark::audit::{check_panes, read_topic};
 use tidemark::config::parse_raw;
@@ -50,33 +49,6 @@ commit_interval = "100ms"
 "#,
         state.display()
     )
-}
-
-fn start(cfg: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(["run", "--config"])
-        .arg(cfg)
-        .env("TIDEMARK_LOG", "info")
-        .spawn()
-        .unwrap()
-}
-
-fn stop(mut child: Child) -> std::process::ExitStatus {
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "tidemark run did not stop within 30 s of SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -178,7 +150,7 @@ fn run_commits_what_simulate_computes() {
         "the scenario should produce many panes"
     );
 
-    let child = start(&cfg);
+    let child = common::start_member(&cfg);
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut got: Vec<String>;
     loop {
@@ -193,7 +165,7 @@ fn run_commits_what_simulate_computes() {
             break;
         }
     }
-    let status = stop(child);
+    let status = common::stop_member(child);
     assert!(status.success(), "tidemark run exited with {status}");
 
     let log = read_topic(&broker.addr, "panes").unwrap();
