@@ -147,6 +147,12 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 for w in &warnings {
                     println!("warning: {w}");
                 }
+                if let Some(k) = &spec.kafka {
+                    println!(
+                        "note: tidemark run groups by the record key of {:?}; input.key is used by simulate only (grouping by a field needs repartitioning, which is not built)",
+                        k.input_topic
+                    );
+                }
                 println!("{}: ok (pipeline {:?})", path.display(), spec.name);
                 Ok(0)
             }

@@ -696,10 +696,6 @@ impl RawConfig {
                 );
             }
         }
-        c.warnings.push(format!(
-            "tidemark run groups by the record key of {:?}; input.key ({:?}) is used by simulate only (grouping by a field needs repartitioning, which is not built)",
-            k.input_topic, self.input.key
-        ));
         let commit_interval = c.duration(
             "kafka.commit_interval",
             k.commit_interval.as_deref(),
