@@ -6,12 +6,9 @@ mod common;
 
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
-use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use serde_json::json;
 use std::time::{Duration, Instant};
 use tidemark::audit::{check_panes, read_topic};
-use tidemark::config::parse_raw;
-use tidemark::state::store::StateStore;
 
 const PARTITIONS: i32 = 3;
 
@@ -67,7 +64,7 @@ fn run_commits_what_simulate_computes() {
         .unwrap()
         .as_millis() as i64;
     let base = (now - 3_600_000) / 1000 * 1000;
-    let mut per_partition: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    let mut sent: Vec<(i32, String, String)> = Vec::new();
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", &broker.addr)
         .create()
@@ -81,7 +78,7 @@ fn run_commits_what_simulate_computes() {
                     .payload(&value),
             )
             .unwrap();
-        per_partition.entry(p).or_default().push(value);
+        sent.push((p, key.to_string(), value));
         producer.poll(Duration::ZERO);
     };
     let mut x: u64 = 42;
@@ -124,27 +121,8 @@ fn run_commits_what_simulate_computes() {
     let end_cutoff = base + 60_000; // windows ending after this are still open in `run`
 
     // Expected: simulate on each partition's records, panes of windows that end by the cutoff.
-    let (spec, _) = parse_raw(&std::fs::read_to_string(&cfg).unwrap(), Vec::new())
-        .unwrap()
-        .validate()
-        .unwrap();
-    let mut expected: Vec<String> = Vec::new();
-    let mut expected_dead = 0usize;
-    for lines in per_partition.values() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = StateStore::open(tmp.path()).unwrap();
-        let (mut panes, mut dead) = (Vec::new(), Vec::new());
-        let input = lines.join("\n");
-        tidemark::simulate::run(&spec, &store, input.as_bytes(), &mut panes, &mut dead).unwrap();
-        expected_dead += String::from_utf8(dead).unwrap().lines().count();
-        for l in String::from_utf8(panes).unwrap().lines() {
-            let v: Value = serde_json::from_str(l).unwrap();
-            if v["window_end"].as_i64().unwrap() <= end_cutoff {
-                expected.push(l.to_string());
-            }
-        }
-    }
-    expected.sort();
+    let (expected, expected_dead) =
+        common::simulate_expected(&std::fs::read_to_string(&cfg).unwrap(), &sent, end_cutoff);
     assert!(
         expected.len() > 100,
         "the scenario should produce many panes"

@@ -146,6 +146,17 @@ impl Scenario {
     /// `n` events over `partitions` partitions, an hour in the past, 30 keys, with disorder, one late
     /// and one malformed record every 1,000 events, and a far-ahead record per partition.
     pub fn generate(partitions: i32, n: i64, seed: u64) -> Scenario {
+        let text = pipeline(
+            "127.0.0.1:1",
+            std::path::Path::new("/nonexistent"),
+            None,
+            "",
+        );
+        Scenario::generate_for(&text, partitions, n, seed)
+    }
+
+    /// Like [`Scenario::generate`], with the expected panes computed for the pipeline `text`.
+    pub fn generate_for(text: &str, partitions: i32, n: i64, seed: u64) -> Scenario {
         use serde_json::json;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -189,43 +200,7 @@ impl Scenario {
                 json!({"user": "end", "ts": cutoff, "amount": 0}).to_string(),
             ));
         }
-        // Expected output: simulate on each partition's records.
-        let text = pipeline(
-            "127.0.0.1:1",
-            std::path::Path::new("/nonexistent"),
-            None,
-            "",
-        );
-        let (spec, _) = tidemark::config::parse_raw(&text, Vec::new())
-            .unwrap()
-            .validate()
-            .unwrap();
-        let mut per_partition: std::collections::BTreeMap<i32, Vec<String>> = Default::default();
-        for (p, _, v) in &records {
-            per_partition.entry(*p).or_default().push(v.clone());
-        }
-        let (mut expected, mut expected_dead) = (Vec::new(), 0);
-        for lines in per_partition.values() {
-            let tmp = tempfile::tempdir().unwrap();
-            let store = tidemark::state::store::StateStore::open(tmp.path()).unwrap();
-            let (mut panes, mut dead) = (Vec::new(), Vec::new());
-            tidemark::simulate::run(
-                &spec,
-                &store,
-                lines.join("\n").as_bytes(),
-                &mut panes,
-                &mut dead,
-            )
-            .unwrap();
-            expected_dead += String::from_utf8(dead).unwrap().lines().count();
-            for l in String::from_utf8(panes).unwrap().lines() {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                if v["window_end"].as_i64().unwrap() <= cutoff {
-                    expected.push(l.to_string());
-                }
-            }
-        }
-        expected.sort();
+        let (expected, expected_dead) = simulate_expected(text, &records, cutoff);
         Scenario {
             records,
             expected,
@@ -259,6 +234,41 @@ impl Scenario {
             }
         })
     }
+}
+
+/// What `tidemark simulate` commits for `records` under pipeline `text`, run on each partition's
+/// records separately: the sorted pane lines of windows ending by `cutoff`, and the number of dead
+/// letters.
+pub fn simulate_expected(
+    text: &str,
+    records: &[(i32, String, String)],
+    cutoff: i64,
+) -> (Vec<String>, usize) {
+    let (spec, _) = tidemark::config::parse_raw(text, Vec::new())
+        .unwrap()
+        .validate()
+        .unwrap();
+    let mut per_partition: std::collections::BTreeMap<i32, Vec<String>> = Default::default();
+    for (p, _, v) in records {
+        per_partition.entry(*p).or_default().push(v.clone());
+    }
+    let (mut expected, mut expected_dead) = (Vec::new(), 0);
+    for lines in per_partition.values() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tidemark::state::store::StateStore::open(tmp.path()).unwrap();
+        let (mut panes, mut dead) = (Vec::new(), Vec::new());
+        let input = lines.join("\n");
+        tidemark::simulate::run(&spec, &store, input.as_bytes(), &mut panes, &mut dead).unwrap();
+        expected_dead += String::from_utf8(dead).unwrap().lines().count();
+        for l in String::from_utf8(panes).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["window_end"].as_i64().unwrap() <= cutoff {
+                expected.push(l.to_string());
+            }
+        }
+    }
+    expected.sort();
+    (expected, expected_dead)
 }
 
 /// Starts `tidemark run` on a pipeline file.
