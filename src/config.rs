@@ -980,6 +980,69 @@ op = "sum"
             .contains("bogus"));
     }
 
+    const KAFKA: &str = r#"
+[kafka]
+bootstrap_servers = "127.0.0.1:9092"
+input_topic = "clicks"
+output_topic = "clicks-out"
+dead_letter_topic = "clicks-dead"
+[kafka.properties]
+"session.timeout.ms" = "6000"
+"#;
+
+    #[test]
+    fn a_kafka_section_validates_with_defaults() {
+        let text = format!("{GOOD}{KAFKA}");
+        let (spec, _) = parse_raw(&text, no_env()).unwrap().validate().unwrap();
+        let k = spec.kafka.unwrap();
+        assert_eq!(k.application_id, "clicks");
+        assert_eq!(k.changelog_topic, "clicks-changelog");
+        assert_eq!(
+            (k.commit_interval, k.transaction_timeout, k.max_future_skew),
+            (100, 10_000, 3_600_000)
+        );
+        assert_eq!(k.max_batch_records, 10_000);
+        assert_eq!(k.state_dir, std::path::PathBuf::from("state/clicks"));
+        assert_eq!(
+            k.properties.get("session.timeout.ms").map(String::as_str),
+            Some("6000")
+        );
+        // The environment overrides Kafka settings too.
+        let env = vec![(
+            "TIDEMARK__KAFKA__BOOTSTRAP_SERVERS".to_string(),
+            "broker:9093".to_string(),
+        )];
+        let (spec, _) = parse_raw(&text, env).unwrap().validate().unwrap();
+        assert_eq!(spec.kafka.unwrap().bootstrap_servers, "broker:9093");
+    }
+
+    #[test]
+    fn bad_kafka_settings_are_all_listed() {
+        let text = format!("{GOOD}{KAFKA}")
+            .replace("output_topic = \"clicks-out\"", "output_topic = \"clicks\"")
+            .replace(
+                "dead_letter_topic = \"clicks-dead\"",
+                "dead_letter_topic = \"no spaces\"\ncommit_interval = \"0ms\"",
+            )
+            .replace(
+                "\"session.timeout.ms\" = \"6000\"",
+                "\"transactional.id\" = \"mine\"",
+            );
+        let ConfigError::Invalid(v) = parse_raw(&text, no_env()).unwrap().validate().unwrap_err()
+        else {
+            panic!("expected violations")
+        };
+        let fields: Vec<&str> = v.iter().map(|v| v.field.as_str()).collect();
+        for f in [
+            "kafka.dead_letter_topic",
+            "kafka",
+            "kafka.properties.transactional.id",
+            "kafka.commit_interval",
+        ] {
+            assert!(fields.contains(&f), "{f} missing from {fields:?}");
+        }
+    }
+
     #[test]
     fn reserved_and_duplicate_names_are_rejected() {
         let text = GOOD
