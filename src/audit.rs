@@ -291,28 +291,20 @@ fn resolve(
     Ok(log)
 }
 
-/// Reads partition `partition` of `topic` from offset `from` to its end and resolves every
-/// transaction from the COMMIT/ABORT markers in the log itself.
-pub fn read_partition(
-    bootstrap: &str,
-    topic: &str,
-    partition: i32,
-    from: i64,
-) -> Result<PartitionLog, AuditError> {
-    let mut client = connect(bootstrap)?;
-    resolve(&mut client, topic, partition, from)
-}
-
-/// Reads a topic's raw log and resolves every transaction.
-pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicLog, AuditError> {
-    let mut client = connect(bootstrap)?;
+/// The partitions of `topic` and the address of each one's leader, from the cluster's metadata.
+fn leaders(client: &mut RawClient, topic: &str) -> Result<BTreeMap<i32, String>, AuditError> {
     let meta: MetadataResponse = client.request(
         ApiKey::Metadata,
         METADATA_VERSION,
         &MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
             .with_name(Some(TopicName(StrBytes::from_string(topic.to_string()))))])),
     )?;
-    let mut partitions: Vec<i32> = Vec::new();
+    let brokers: HashMap<i32, String> = meta
+        .brokers
+        .iter()
+        .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
+        .collect();
+    let mut out = BTreeMap::new();
     for t in &meta.topics {
         if t.error_code != 0 {
             return Err(AuditError::Broker {
@@ -320,18 +312,70 @@ pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicLog, AuditError> 
                 what: format!("metadata {topic}"),
             });
         }
-        partitions.extend(t.partitions.iter().map(|p| p.partition_index));
+        for p in &t.partitions {
+            let addr = brokers
+                .get(&p.leader_id.0)
+                .cloned()
+                .ok_or_else(|| AuditError::Broker {
+                    code: p.error_code,
+                    what: format!("no leader for {topic}/{}", p.partition_index),
+                })?;
+            out.insert(p.partition_index, addr);
+        }
     }
-    partitions.sort_unstable();
+    Ok(out)
+}
+
+/// Connections to partition leaders, opened on first use.
+struct Leaders {
+    clients: HashMap<String, RawClient>,
+}
+
+impl Leaders {
+    fn get(&mut self, addr: &str) -> Result<&mut RawClient, AuditError> {
+        if !self.clients.contains_key(addr) {
+            self.clients
+                .insert(addr.to_string(), RawClient::connect(addr)?);
+        }
+        Ok(self.clients.get_mut(addr).expect("inserted"))
+    }
+}
+
+/// Reads partition `partition` of `topic` from offset `from` to its end, from the partition's
+/// leader, and resolves every transaction from the COMMIT/ABORT markers in the log itself.
+pub fn read_partition(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    from: i64,
+) -> Result<PartitionLog, AuditError> {
+    let mut client = connect(bootstrap)?;
+    let leaders = leaders(&mut client, topic)?;
+    let addr = leaders.get(&partition).ok_or_else(|| AuditError::Broker {
+        code: 3,
+        what: format!("{topic} has no partition {partition}"),
+    })?;
+    let mut leader = RawClient::connect(addr)?;
+    resolve(&mut leader, topic, partition, from)
+}
+
+/// Reads a topic's raw log and resolves every transaction.
+pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicLog, AuditError> {
+    let mut client = connect(bootstrap)?;
+    let partitions = leaders(&mut client, topic)?;
+    let mut conns = Leaders {
+        clients: HashMap::new(),
+    };
     let mut log = TopicLog::default();
-    for &p in &partitions {
-        let part = resolve(&mut client, topic, p, 0)?;
+    for (&p, addr) in &partitions {
+        let client = conns.get(addr)?;
+        let part = resolve(client, topic, p, 0)?;
         log.aborted += part.aborted_offsets.len();
         log.open += part.open;
         log.committed.extend(part.committed);
         // What does the broker hand a read_committed consumer?
         if !part.aborted_offsets.is_empty() {
-            let (served, broker_aborted) = fetch_partition(&mut client, topic, p, 1, 0)?;
+            let (served, broker_aborted) = fetch_partition(client, topic, p, 1, 0)?;
             let hidden_by_list = |offset: i64, pid: i64| {
                 broker_aborted
                     .iter()
