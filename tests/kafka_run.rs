@@ -4,11 +4,8 @@
 
 mod common;
 
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::ClientConfig;
-use serde_json::json;
-use std::time::{Duration, Instant};
-use tidemark::audit::{check_panes, read_topic};
+use std::time::Duration;
+use tidemark::audit::read_topic;
 
 const PARTITIONS: i32 = 3;
 
@@ -56,115 +53,32 @@ fn run_commits_what_simulate_computes() {
     let cfg = dir.path().join("pipeline.toml");
     std::fs::write(&cfg, config(&broker.addr, &dir.path().join("state"))).unwrap();
 
-    // Events about an hour ago (the future-skew check compares with the wall clock), 20 keys, 1 s
-    // windows, a little disorder; one late and one malformed record per partition; a last record per
-    // partition far ahead so that every window before it fires.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    let base = (now - 3_600_000) / 1000 * 1000;
-    let mut sent: Vec<(i32, String, String)> = Vec::new();
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &broker.addr)
-        .create()
-        .unwrap();
-    let mut send = |p: i32, key: &str, value: String| {
-        producer
-            .send(
-                BaseRecord::to("events")
-                    .partition(p)
-                    .key(key)
-                    .payload(&value),
-            )
-            .unwrap();
-        sent.push((p, key.to_string(), value));
-        producer.poll(Duration::ZERO);
-    };
-    let mut x: u64 = 42;
-    for i in 0..3_000i64 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let user = format!("u{}", x % 20);
-        let p = (x % 20) as i32 % PARTITIONS;
-        let jitter = if x % 10 == 0 {
-            -(((x >> 8) % 400) as i64)
-        } else {
-            0
-        };
-        let ts = base + i * 7 + jitter;
-        send(
-            p,
-            &user,
-            json!({"user": user, "ts": ts, "amount": (x % 100) as i64}).to_string(),
-        );
-        if i == 1500 {
-            for p in 0..PARTITIONS {
-                send(
-                    p,
-                    &format!("u{p}"),
-                    json!({"user": format!("u{p}"), "ts": base - 60_000, "amount": 1}).to_string(),
-                );
-                send(p, &format!("u{p}"), "{not json".to_string());
-            }
-        }
-    }
-    for p in 0..PARTITIONS {
-        send(
-            p,
-            "end",
-            json!({"user": "end", "ts": base + 60_000, "amount": 0}).to_string(),
-        );
-    }
-    producer.flush(Duration::from_secs(10)).unwrap();
-    let end_cutoff = base + 60_000; // windows ending after this are still open in `run`
-
-    // Expected: simulate on each partition's records, panes of windows that end by the cutoff.
-    let (expected, expected_dead) =
-        common::simulate_expected(&std::fs::read_to_string(&cfg).unwrap(), &sent, end_cutoff);
+    // Events about an hour ago (the future-skew check compares with the wall clock), 30 keys, 1 s
+    // windows, a little disorder; one late and one malformed record per partition; a last record
+    // per partition far ahead so that every window before it fires. Expected: simulate on each
+    // partition's records.
+    let scenario = common::Scenario::generate_for(
+        &std::fs::read_to_string(&cfg).unwrap(),
+        PARTITIONS,
+        3_000,
+        42,
+    );
     assert!(
-        expected.len() > 100,
+        scenario.expected.len() > 100,
         "the scenario should produce many panes"
     );
+    scenario
+        .produce(&broker.addr, 10_000, Duration::ZERO)
+        .join()
+        .unwrap();
 
     let child = common::start_member(&cfg);
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut got: Vec<String>;
-    loop {
-        std::thread::sleep(Duration::from_millis(500));
-        let log = read_topic(&broker.addr, "panes").unwrap();
-        got = log
-            .committed
-            .iter()
-            .map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap())
-            .collect();
-        if got.len() >= expected.len() || Instant::now() > deadline {
-            break;
-        }
-    }
+    common::wait_for(&broker.addr, "panes", scenario.expected.len(), 90);
     let status = common::stop_member(child);
     assert!(status.success(), "tidemark run exited with {status}");
-
-    let log = read_topic(&broker.addr, "panes").unwrap();
-    let report = check_panes(&log.committed);
-    assert!(
-        report.duplicates.is_empty(),
-        "duplicates: {:?}",
-        report.duplicates
-    );
-    assert!(report.gaps.is_empty(), "gaps: {:?}", report.gaps);
-    got = log
-        .committed
-        .iter()
-        .map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap())
-        .collect();
-    got.sort();
-    assert_eq!(got.len(), expected.len(), "committed panes vs simulate");
-    assert_eq!(got, expected);
+    common::assert_exactly_once(&broker.addr, &scenario);
 
     let dead = read_topic(&broker.addr, "dead").unwrap();
-    assert_eq!(dead.committed.len(), expected_dead, "dead letters");
     let reasons: Vec<String> = dead
         .committed
         .iter()
