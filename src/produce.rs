@@ -4,6 +4,7 @@
 //! `user_id` — at a given rate (or as fast as possible), over a number of keys, with bounded
 //! disorder and a share of late and malformed records. The topic is created when missing.
 
+use crate::coordinator::wall_ms;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -43,13 +44,6 @@ pub enum ProduceError {
     /// Creating the topic failed.
     #[error("creating topic {0}: {1}")]
     CreateTopic(String, String),
-}
-
-fn wall_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Creates `topic` with `partitions` partitions unless it exists.

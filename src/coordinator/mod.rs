@@ -175,7 +175,8 @@ pub struct Core {
     pub counters: [u64; 4],
 }
 
-fn wall_ms() -> i64 {
+/// The wall clock in epoch milliseconds (processing time of the Kafka runtime).
+pub fn wall_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
