@@ -69,6 +69,10 @@ pub enum Command {
         /// The pipeline file (TOML) with a [kafka] section.
         #[arg(long)]
         config: PathBuf,
+        /// Copy input records to the output topic through the same transactional commit cycle,
+        /// without windows or state: the baseline of the Kafka benchmark.
+        #[arg(long)]
+        passthrough: bool,
     },
     /// Produce synthetic clickstream events (JSON) to a topic.
     Produce {
@@ -201,8 +205,22 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             );
             Ok(0)
         }
-        Command::Run { config: path } => {
+        Command::Run {
+            config: path,
+            passthrough,
+        } => {
             let spec = load_config(&path)?;
+            let health = Arc::new(crate::metrics::Health::default());
+            if let Some(addr) = spec.metrics_address {
+                let bound = crate::metrics::install(addr, health.clone())
+                    .context("starting the metrics endpoint")?;
+                tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
+            }
+            let mode = if passthrough {
+                coordinator::Mode::Passthrough
+            } else {
+                coordinator::Mode::Windows
+            };
             let shutdown = Arc::new(AtomicBool::new(false));
             let flag = shutdown.clone();
             std::thread::spawn(move || {
@@ -227,7 +245,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     flag.store(true, Ordering::Relaxed);
                 });
             });
-            match coordinator::run(spec, shutdown) {
+            match coordinator::run(spec, mode, health, shutdown) {
                 Ok(()) => Ok(0),
                 Err(e) => {
                     eprintln!("tidemark run: {e}");

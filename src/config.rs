@@ -42,6 +42,17 @@ pub struct RawConfig {
     /// Kafka settings for `tidemark run` (not needed by `simulate`).
     #[serde(default)]
     pub kafka: Option<RawKafka>,
+    /// The metrics and health endpoint of `tidemark run`.
+    #[serde(default)]
+    pub metrics: Option<RawMetrics>,
+}
+
+/// The `[metrics]` section as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetrics {
+    /// `host:port` serving `/metrics`, `/healthz` and `/readyz` (port 0 picks a free port).
+    pub address: String,
 }
 
 /// The `[kafka]` section as written.
@@ -246,6 +257,8 @@ pub struct PipelineSpec {
     pub aggregations: Vec<AggSpec>,
     /// Kafka settings, if the file has a `[kafka]` section.
     pub kafka: Option<KafkaSpec>,
+    /// Where `tidemark run` serves metrics and health, if the file has a `[metrics]` section.
+    pub metrics_address: Option<std::net::SocketAddr>,
 }
 
 /// One violated rule, naming the field.
@@ -577,6 +590,17 @@ impl RawConfig {
         }
 
         let kafka = self.kafka.as_ref().map(|k| self.validate_kafka(k, &mut c));
+        let metrics_address = self.metrics.as_ref().and_then(|m| {
+            m.address
+                .parse::<std::net::SocketAddr>()
+                .map_err(|_| {
+                    c.fail(
+                        "metrics.address",
+                        format!("{:?} is not an IP:port address", m.address),
+                    )
+                })
+                .ok()
+        });
         if !c.violations.is_empty() {
             return Err(ConfigError::Invalid(c.violations));
         }
@@ -621,6 +645,7 @@ impl RawConfig {
                 },
                 aggregations,
                 kafka: kafka.flatten(),
+                metrics_address,
             },
             c.warnings,
         ))

@@ -16,7 +16,12 @@
 //! * [`simulate`] — `tidemark simulate`: a pipeline over a file of events and control lines.
 //! * [`audit`] — `tidemark audit`: resolves transactions from a topic's raw log and checks panes for
 //!   duplicates and gaps, without trusting the broker to hide aborted records.
-//! * [`cli`] — the command line (`validate`, `simulate`).
+//! * [`source`] — consumer and producer settings; [`coordinator`] — `tidemark run`: the group
+//!   member's loop, restore and rebalance, and the commit cycle (the only place where offsets,
+//!   output and state become durable).
+//! * [`metrics`] — every exported metric, named and described, and the `/metrics`, `/healthz`,
+//!   `/readyz` endpoint.
+//! * [`cli`] — the command line (`validate`, `simulate`, `run`, `produce`, `audit`).
 //!
 //! ARCHITECTURE.md describes how the pieces fit and the invariants they keep.
 
@@ -27,6 +32,7 @@ pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod coordinator;
+pub mod metrics;
 pub mod produce;
 pub mod record;
 pub mod simulate;

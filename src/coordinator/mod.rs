@@ -21,6 +21,7 @@
 //! runs on a dedicated thread, never on async workers.
 
 use crate::config::{KafkaSpec, PipelineSpec};
+use crate::metrics::{self as m, Health};
 use crate::record::JsonDecoder;
 use crate::sink::json::encode_pane;
 use crate::sink::kafka::{dead_letter_headers, pane_headers, DeadLetterInfo};
@@ -29,7 +30,9 @@ use crate::state::cache::Changes;
 use crate::state::changelog::{restore, STAMP_HEADER};
 use crate::state::store::{StateStore, StoredOffsets};
 use crate::windowing::engine::{Admission, Engine, Pane, WINDOW_OPERATOR};
+use crate::windowing::trigger::Timing;
 use crate::windowing::watermark::WatermarkTracker;
+use metrics::{counter, gauge, histogram, Counter, Gauge};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
@@ -61,6 +64,8 @@ struct Deliveries {
     error: Mutex<Option<KafkaError>>,
     /// Last delivered changelog offset per partition.
     changelog: Mutex<HashMap<i32, i64>>,
+    /// `tidemark_records_out_total` handles per topic and partition.
+    out: Mutex<HashMap<(String, i32), Counter>>,
 }
 
 /// Producer context: counts deliveries; the opaque is 0 for output, `1 + partition` for changelog.
@@ -72,6 +77,16 @@ impl ProducerContext for TxnContext {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        if let Ok(msg) = result {
+            let mut out = self.0.out.lock().expect("lock");
+            let key = (msg.topic().to_string(), msg.partition());
+            out.entry(key)
+                .or_insert_with(|| {
+                    counter!(m::RECORDS_OUT, "topic" => msg.topic().to_string(),
+                        "partition" => msg.partition().to_string())
+                })
+                .increment(1);
+        }
         match result {
             Ok(m) if opaque > 0 => {
                 let mut map = self.0.changelog.lock().expect("lock");
@@ -156,6 +171,52 @@ struct Part {
     /// Watermark tracker as of the last commit, restored on abort.
     committed_tracker: WatermarkTracker,
     cf: String,
+    /// Records processed in the open transaction.
+    batch_in: u64,
+    gauges: PartGauges,
+}
+
+/// Metric handles of one input partition, registered once at assignment.
+struct PartGauges {
+    records_in: Counter,
+    watermark: Gauge,
+    watermark_lag: Gauge,
+    open_windows: Gauge,
+    state_entries: Gauge,
+}
+
+impl PartGauges {
+    fn new(topic: &str, p: i32) -> PartGauges {
+        let part = p.to_string();
+        PartGauges {
+            records_in: counter!(m::RECORDS_IN, "topic" => topic.to_string(), "partition" => part.clone()),
+            watermark: gauge!(m::WATERMARK, "partition" => part.clone()),
+            watermark_lag: gauge!(m::WATERMARK_LAG, "partition" => part.clone()),
+            open_windows: gauge!(m::OPEN_WINDOWS, "partition" => part.clone()),
+            state_entries: gauge!(m::STATE_ENTRIES, "partition" => part),
+        }
+    }
+}
+
+/// What the open transaction will have done once it commits, reported to metrics after step 4.
+#[derive(Debug, Default)]
+struct BatchOutcome {
+    /// Panes by timing: EARLY, ON_TIME, LATE, RETRACT.
+    panes: [u64; 4],
+    /// Dead letters by reason.
+    dead_letters: Vec<&'static str>,
+    /// Per pane, the append time (epoch ms) of the record or tick that fired it.
+    fired_at: Vec<i64>,
+}
+
+/// What `run` does with each record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The windowing pipeline.
+    Windows,
+    /// A stateless transactional copy of the input to the output topic, through the same commit
+    /// cycle: the broker-bound baseline of `scripts/bench-kafka.sh`.
+    Passthrough,
 }
 
 /// Everything the loop and the rebalance callbacks share.
@@ -171,6 +232,11 @@ pub struct Core {
     dirty: bool,
     last_commit: Instant,
     fatal: Option<String>,
+    mode: Mode,
+    health: Arc<Health>,
+    batch: BatchOutcome,
+    last_slow_gauges: Instant,
+    last_lag_update: Instant,
     /// Counters for logs: committed transactions, aborted transactions, panes, dead letters.
     pub counters: [u64; 4],
 }
@@ -204,7 +270,7 @@ impl Core {
         }
     }
 
-    fn send_panes(&mut self, panes: Vec<Pane>) -> Result<(), CycleError> {
+    fn send_panes(&mut self, panes: Vec<Pane>, fired_at: i64) -> Result<(), CycleError> {
         for p in panes {
             let value = encode_pane(&p, &self.spec.aggregations);
             let record = BaseRecord::with_opaque_to(&self.k.output_topic, 0usize)
@@ -213,6 +279,14 @@ impl Core {
                 .headers(pane_headers(&p));
             self.send(record)?;
             self.counters[2] += 1;
+            let t = match p.timing {
+                Timing::Early => 0,
+                Timing::OnTime => 1,
+                Timing::Late => 2,
+                Timing::Retract => 3,
+            };
+            self.batch.panes[t] += 1;
+            self.batch.fired_at.push(fired_at);
             self.dirty = true;
         }
         Ok(())
@@ -233,6 +307,7 @@ impl Core {
         }
         self.send(record)?;
         self.counters[3] += 1;
+        self.batch.dead_letters.push(info.reason);
         tracing::debug!(
             reason = info.reason,
             partition = info.partition,
@@ -249,9 +324,25 @@ impl Core {
         let now = wall_ms();
         let skew = self.k.max_future_skew;
         let topic = msg.topic().to_string();
+        let appended = msg.timestamp().to_millis().unwrap_or(now);
         let Some(part) = self.parts.get_mut(&p) else {
             return Ok(()); // not (or no longer) ours
         };
+        if self.mode == Mode::Passthrough {
+            let mut record = BaseRecord::with_opaque_to(&self.k.output_topic, 0usize);
+            if let Some(k) = msg.key() {
+                record = record.key(k);
+            }
+            if let Some(v) = msg.payload() {
+                record = record.payload(v);
+            }
+            part.next_offset = offset + 1;
+            part.batch_in += 1;
+            self.batch_records += 1;
+            self.dirty = true;
+            self.batch.fired_at.push(appended);
+            return self.send(record);
+        }
         part.engine
             .advance_processing_time(now)
             .map_err(|e| CycleError::Fatal(e.to_string()))?;
@@ -272,6 +363,7 @@ impl Core {
             (Some(key), Some(v)) => self.decoder.decode_keyed(v, key).map_err(|e| e.to_string()),
         };
         part.next_offset = offset + 1;
+        part.batch_in += 1;
         self.batch_records += 1;
         self.dirty = true;
         let ev = match decoded {
@@ -284,6 +376,9 @@ impl Core {
                 ev.ts, skew
             );
             return self.dead_letter(msg, info("future_timestamp", detail, None));
+        }
+        if wm != i64::MIN && ev.ts < wm {
+            histogram!(m::LATENESS).record((wm - ev.ts) as f64 / 1000.0);
         }
         let admission = part
             .engine
@@ -304,7 +399,7 @@ impl Core {
                 info("late", detail, Some(watermark.saturating_sub(ev.ts))),
             )?;
         }
-        self.send_panes(panes)
+        self.send_panes(panes, appended)
     }
 
     /// Lets processing time move idle watermarks and early firings when no record arrives.
@@ -318,7 +413,18 @@ impl Core {
             part.engine.advance_watermark(wm).map_err(fatal)?;
             panes.extend(part.engine.take_panes());
         }
-        self.send_panes(panes)
+        // An idle member commits nothing; keep its watermark lag current anyway.
+        if self.last_lag_update.elapsed() >= Duration::from_secs(1) {
+            self.last_lag_update = Instant::now();
+            for part in self.parts.values() {
+                let wm = part.engine.watermark();
+                if wm != i64::MIN {
+                    part.gauges.watermark.set(wm as f64 / 1000.0);
+                    part.gauges.watermark_lag.set((now - wm) as f64 / 1000.0);
+                }
+            }
+        }
+        self.send_panes(panes, now)
     }
 
     fn due(&self) -> bool {
@@ -333,12 +439,59 @@ impl Core {
         &mut self,
         consumer: &BaseConsumer<C>,
     ) -> Result<(), CycleError> {
+        let started = Instant::now();
         let changes = self.step1_produce_changelog()?;
         self.step2_await_deliveries()?;
         self.step3_send_offsets(consumer)?;
         self.step4_commit()?;
         self.step5_write_local_state(changes)?;
-        self.step6_begin()
+        self.step6_begin()?;
+        self.report_commit(started);
+        Ok(())
+    }
+
+    /// Reports a committed transaction to metrics: what it committed, how long the cycle took,
+    /// and per-partition gauges (RocksDB figures at most every 5 s: they are not free).
+    fn report_commit(&mut self, started: Instant) {
+        let now = wall_ms();
+        histogram!(m::COMMIT_DURATION).record(started.elapsed().as_secs_f64());
+        counter!(m::TRANSACTIONS, "outcome" => "committed").increment(1);
+        let batch = std::mem::take(&mut self.batch);
+        for (t, n) in batch.panes.iter().enumerate() {
+            if *n > 0 {
+                let timing = ["EARLY", "ON_TIME", "LATE", "RETRACT"][t];
+                counter!(m::PANES, "timing" => timing).increment(*n);
+            }
+        }
+        for reason in batch.dead_letters {
+            counter!(m::DEAD_LETTERS, "reason" => reason).increment(1);
+        }
+        let latency = histogram!(m::PANE_LATENCY);
+        for t in batch.fired_at {
+            latency.record((now - t).max(0) as f64 / 1000.0);
+        }
+        let slow = self.last_slow_gauges.elapsed() >= Duration::from_secs(5);
+        for part in self.parts.values_mut() {
+            part.gauges
+                .records_in
+                .increment(std::mem::take(&mut part.batch_in));
+            let wm = part.engine.watermark();
+            if wm != i64::MIN {
+                part.gauges.watermark.set(wm as f64 / 1000.0);
+                part.gauges.watermark_lag.set((now - wm) as f64 / 1000.0);
+            }
+            part.gauges
+                .open_windows
+                .set(part.engine.pending_timers() as f64);
+            if slow {
+                let entries = self.store.estimate_keys(&part.cf);
+                part.gauges.state_entries.set(entries as f64);
+            }
+        }
+        if slow {
+            gauge!(m::STATE_SIZE).set(self.store.size_bytes() as f64);
+            self.last_slow_gauges = Instant::now();
+        }
     }
 
     fn step1_produce_changelog(&mut self) -> Result<Vec<(i32, Changes)>, CycleError> {
@@ -468,6 +621,8 @@ impl Core {
         self.deliveries.error.lock().expect("lock").take();
         self.deliveries.changelog.lock().expect("lock").clear();
         self.counters[1] += 1;
+        counter!(m::TRANSACTIONS, "outcome" => "aborted").increment(1);
+        self.batch = BatchOutcome::default();
         let parts: Vec<i32> = self.parts.keys().copied().collect();
         for p in parts {
             let part = self.parts.get_mut(&p).expect("listed");
@@ -476,6 +631,7 @@ impl Core {
                 .map_err(|e| RunError::Fatal(e.to_string()))?;
             part.tracker = part.committed_tracker.clone();
             part.next_offset = part.committed_offset;
+            part.batch_in = 0;
             consumer
                 .seek(
                     &self.k.input_topic,
@@ -516,6 +672,8 @@ impl Core {
         consumer: &BaseConsumer<C>,
         tpl: &TopicPartitionList,
     ) -> Result<(), RunError> {
+        counter!(m::REBALANCES, "kind" => "assign").increment(1);
+        self.health.set_ready(false);
         let committed = consumer
             .committed_offsets(tpl.clone(), Duration::from_secs(30))
             .map_err(|e| RunError::Fatal(format!("reading committed offsets: {e}")))?;
@@ -560,6 +718,9 @@ impl Core {
                     committed,
                 )
                 .map_err(|e| RunError::Fatal(format!("restoring partition {p}: {e}")))?;
+                counter!(m::RESTORE_RECORDS, "partition" => p.to_string())
+                    .increment(stats.applied as u64);
+                histogram!(m::RESTORE_DURATION).record(started.elapsed().as_secs_f64());
                 tracing::info!(
                     partition = p,
                     committed,
@@ -584,9 +745,13 @@ impl Core {
                     next_offset: committed,
                     committed_offset: committed,
                     cf,
+                    batch_in: 0,
+                    gauges: PartGauges::new(&self.k.input_topic, p),
                 },
             );
         }
+        gauge!(m::ASSIGNED_PARTITIONS).set(self.parts.len() as f64);
+        self.health.set_ready(true);
         Ok(())
     }
 
@@ -596,6 +761,7 @@ impl Core {
         consumer: &BaseConsumer<C>,
         tpl: &TopicPartitionList,
     ) -> Result<(), RunError> {
+        counter!(m::REBALANCES, "kind" => "revoke").increment(1);
         self.commit(consumer)?;
         for el in tpl.elements() {
             if let Some(part) = self.parts.remove(&el.partition()) {
@@ -606,6 +772,7 @@ impl Core {
                 );
             }
         }
+        gauge!(m::ASSIGNED_PARTITIONS).set(self.parts.len() as f64);
         Ok(())
     }
 }
@@ -617,9 +784,33 @@ fn partitions_of(tpl: &TopicPartitionList) -> Vec<i32> {
 /// The consumer context: rebalance callbacks run the coordinator's assign and revoke.
 pub struct RebalanceContext {
     core: Arc<Mutex<Core>>,
+    input_topic: String,
 }
 
-impl ClientContext for RebalanceContext {}
+impl ClientContext for RebalanceContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        for topic in statistics.topics.values() {
+            if topic.topic != self.input_topic {
+                continue;
+            }
+            // Offsets are committed by transactions, not by the consumer, so librdkafka's own
+            // `consumer_lag` (against its committed offset) is unknown: the lag is the end a
+            // read_committed consumer may read to (the last stable offset) minus the position
+            // handed to the application.
+            for (p, part) in &topic.partitions {
+                let end = if part.ls_offset >= 0 {
+                    part.ls_offset
+                } else {
+                    part.hi_offset
+                };
+                if *p >= 0 && part.app_offset >= 0 && end >= 0 {
+                    gauge!(m::CONSUMER_LAG, "partition" => p.to_string())
+                        .set((end - part.app_offset).max(0) as f64);
+                }
+            }
+        }
+    }
+}
 
 impl ConsumerContext for RebalanceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -698,7 +889,12 @@ fn ensure_topics(k: &KafkaSpec) -> Result<i32, RunError> {
 }
 
 /// Runs the pipeline as a member of its consumer group until `shutdown` is set or a fatal error.
-pub fn run(spec: PipelineSpec, shutdown: Arc<AtomicBool>) -> Result<(), RunError> {
+pub fn run(
+    spec: PipelineSpec,
+    mode: Mode,
+    health: Arc<Health>,
+    shutdown: Arc<AtomicBool>,
+) -> Result<(), RunError> {
     let k = spec.kafka.clone().ok_or(RunError::NoKafka)?;
     let partitions = ensure_topics(&k)?;
     tracing::info!(
@@ -733,10 +929,18 @@ pub fn run(spec: PipelineSpec, shutdown: Arc<AtomicBool>) -> Result<(), RunError
         dirty: false,
         last_commit: Instant::now(),
         fatal: None,
+        mode,
+        health,
+        batch: BatchOutcome::default(),
+        last_slow_gauges: Instant::now(),
+        last_lag_update: Instant::now(),
         counters: [0; 4],
     }));
     let consumer: BaseConsumer<RebalanceContext> = consumer_config(&k)
-        .create_with_context(RebalanceContext { core: core.clone() })
+        .create_with_context(RebalanceContext {
+            core: core.clone(),
+            input_topic: k.input_topic.clone(),
+        })
         .map_err(|e| RunError::Startup(format!("creating the consumer: {e}")))?;
     consumer
         .subscribe(&[&k.input_topic])

@@ -23,6 +23,8 @@ pub fn consumer_config(k: &KafkaSpec) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("partition.assignment.strategy", "cooperative-sticky");
     c.set("auto.offset.reset", "earliest");
+    // Statistics feed the consumer-lag gauge (see `metrics`).
+    c.set("statistics.interval.ms", "5000");
     for (key, value) in base_config(k).config_map() {
         c.set(key, value);
     }

@@ -183,6 +183,19 @@ impl StateStore {
         Ok(())
     }
 
+    /// RocksDB's estimate of the number of keys in a column family (0 when it is missing).
+    pub fn estimate_keys(&self, cf: &str) -> u64 {
+        self.db
+            .cf_handle(cf)
+            .and_then(|h| {
+                self.db
+                    .property_int_value_cf(&h, "rocksdb.estimate-num-keys")
+                    .ok()
+                    .flatten()
+            })
+            .unwrap_or(0)
+    }
+
     /// Live bytes: SST files plus memtables, summed over column families.
     pub fn size_bytes(&self) -> u64 {
         let names = Db::list_cf(&Options::default(), &self.path).unwrap_or_default();

@@ -1,0 +1,213 @@
+//! Every metric tidemark exports, named and described in one place, and the HTTP endpoint that
+//! serves them.
+//!
+//! Metrics go through the `metrics` facade; [`install`] puts a Prometheus recorder behind it and
+//! serves `/metrics` (Prometheus text format), `/healthz` (the process is alive) and `/readyz`
+//! (assigned partitions are restored and being processed) on one address.
+//!
+//! Labels are bounded: topic, partition, reason, timing, outcome, kind — never a record key.
+//! Counters of records, panes and dead letters count what a transaction **committed**, so after a
+//! run `tidemark_records_in_total` equals the records consumed from the input, even when
+//! transactions were aborted and their records processed again.
+
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Input records whose processing committed; labels `topic`, `partition`.
+pub const RECORDS_IN: &str = "tidemark_records_in_total";
+/// Records delivered to output, dead-letter and changelog topics; labels `topic`, `partition`.
+pub const RECORDS_OUT: &str = "tidemark_records_out_total";
+/// Committed panes; label `timing` (EARLY, ON_TIME, LATE, RETRACT).
+pub const PANES: &str = "tidemark_panes_total";
+/// Committed dead letters; label `reason` (late, malformed, future_timestamp).
+pub const DEAD_LETTERS: &str = "tidemark_dead_letters_total";
+/// Event-time watermark of an input partition, in epoch seconds; label `partition`.
+pub const WATERMARK: &str = "tidemark_watermark_seconds";
+/// Wall clock minus watermark per input partition; label `partition`.
+pub const WATERMARK_LAG: &str = "tidemark_watermark_lag_seconds";
+/// How far behind the watermark records arrive (only records behind it are observed).
+pub const LATENESS: &str = "tidemark_record_lateness_seconds";
+/// Pending event-time timers, about one per open window; label `partition`.
+pub const OPEN_WINDOWS: &str = "tidemark_open_windows";
+/// Estimated RocksDB entries of a partition's state; label `partition`.
+pub const STATE_ENTRIES: &str = "tidemark_state_entries";
+/// Live RocksDB bytes (SST files plus memtables) of this member's state.
+pub const STATE_SIZE: &str = "tidemark_state_size_bytes";
+/// Duration of the commit cycle (produce changelog → commit → local write → begin).
+pub const COMMIT_DURATION: &str = "tidemark_commit_duration_seconds";
+/// Time from the append of the record that fired a pane (or the tick that fired it) to the
+/// commit of the pane's transaction.
+pub const PANE_LATENCY: &str = "tidemark_pane_commit_latency_seconds";
+/// Transactions by `outcome` (committed, aborted).
+pub const TRANSACTIONS: &str = "tidemark_transactions_total";
+/// Changelog records applied while restoring; label `partition`.
+pub const RESTORE_RECORDS: &str = "tidemark_restore_records_total";
+/// Duration of one partition's restore from the changelog.
+pub const RESTORE_DURATION: &str = "tidemark_restore_duration_seconds";
+/// Rebalance callbacks by `kind` (assign, revoke).
+pub const REBALANCES: &str = "tidemark_rebalances_total";
+/// Input partitions currently assigned to this member.
+pub const ASSIGNED_PARTITIONS: &str = "tidemark_assigned_partitions";
+/// Records between the consumer's position and the partition's end; label `partition`.
+pub const CONSUMER_LAG: &str = "tidemark_consumer_lag_records";
+
+/// Histogram buckets in seconds, shared by every histogram: fine around the commit interval
+/// (latency, commit duration), coarse up to an hour (lateness, restores).
+pub const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.35, 0.5,
+    0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0,
+];
+
+/// Errors of the metrics endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The recorder could not be built or installed (a second install in one process).
+    #[error("installing the Prometheus recorder: {0}")]
+    Install(String),
+    /// The address could not be bound.
+    #[error("serving metrics on {0}: {1}")]
+    Bind(String, std::io::Error),
+}
+
+/// Registers the description and unit of every metric with the installed recorder.
+pub fn describe() {
+    describe_counter!(RECORDS_IN, "Input records whose processing committed.");
+    describe_counter!(RECORDS_OUT, "Records delivered per topic and partition.");
+    describe_counter!(PANES, "Committed panes by timing.");
+    describe_counter!(DEAD_LETTERS, "Committed dead letters by reason.");
+    describe_gauge!(WATERMARK, Unit::Seconds, "Watermark per input partition.");
+    describe_gauge!(
+        WATERMARK_LAG,
+        Unit::Seconds,
+        "Wall clock minus watermark per input partition."
+    );
+    describe_histogram!(
+        LATENESS,
+        Unit::Seconds,
+        "How far behind the watermark records arrive."
+    );
+    describe_gauge!(
+        OPEN_WINDOWS,
+        "Pending event-time timers (about one per open window)."
+    );
+    describe_gauge!(STATE_ENTRIES, "Estimated RocksDB entries per partition.");
+    describe_gauge!(
+        STATE_SIZE,
+        Unit::Bytes,
+        "Live RocksDB bytes of this member."
+    );
+    describe_histogram!(COMMIT_DURATION, Unit::Seconds, "Commit cycle duration.");
+    describe_histogram!(
+        PANE_LATENCY,
+        Unit::Seconds,
+        "Append of the firing record to the commit of its pane."
+    );
+    describe_counter!(TRANSACTIONS, "Transactions by outcome.");
+    describe_counter!(RESTORE_RECORDS, "Changelog records applied by restores.");
+    describe_histogram!(
+        RESTORE_DURATION,
+        Unit::Seconds,
+        "Partition restore duration."
+    );
+    describe_counter!(REBALANCES, "Rebalance callbacks by kind.");
+    describe_gauge!(
+        ASSIGNED_PARTITIONS,
+        "Input partitions assigned to this member."
+    );
+    describe_gauge!(
+        CONSUMER_LAG,
+        "Records from the position to the end of a partition."
+    );
+}
+
+/// Health as the HTTP endpoint reports it.
+#[derive(Debug, Default)]
+pub struct Health {
+    ready: AtomicBool,
+}
+
+impl Health {
+    /// Marks the member ready (partitions restored, processing) or not.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    /// Whether the member is ready.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+}
+
+/// Installs the Prometheus recorder and serves `/metrics`, `/healthz` and `/readyz` on `addr`
+/// from a background thread; returns the bound address (useful with port 0).
+pub fn install(addr: SocketAddr, health: Arc<Health>) -> Result<SocketAddr, MetricsError> {
+    let listener = TcpListener::bind(addr).map_err(|e| MetricsError::Bind(addr.to_string(), e))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| MetricsError::Bind(addr.to_string(), e))?;
+    let handle = PrometheusBuilder::new()
+        .set_buckets(BUCKETS)
+        .map_err(|e| MetricsError::Install(e.to_string()))?
+        .install_recorder()
+        .map_err(|e| MetricsError::Install(e.to_string()))?;
+    describe();
+    std::thread::Builder::new()
+        .name("tidemark-metrics".into())
+        .spawn(move || serve(listener, handle, health))
+        .map_err(|e| MetricsError::Bind(addr.to_string(), e))?;
+    Ok(bound)
+}
+
+fn serve(listener: TcpListener, handle: PrometheusHandle, health: Arc<Health>) {
+    let mut last_upkeep = Instant::now();
+    for stream in listener.incoming().flatten() {
+        if last_upkeep.elapsed() > Duration::from_secs(5) {
+            handle.run_upkeep();
+            last_upkeep = Instant::now();
+        }
+        if let Err(e) = respond(stream, &handle, &health) {
+            tracing::debug!("metrics endpoint: {e}");
+        }
+    }
+}
+
+fn respond(stream: TcpStream, handle: &PrometheusHandle, health: &Health) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    // Drain the headers; requests have no body.
+    let mut header = String::new();
+    while reader.read_line(&mut header)? > 2 {
+        header.clear();
+    }
+    let path = line.split_whitespace().nth(1).unwrap_or("/");
+    let (status, content_type, body) = match path {
+        "/metrics" => (
+            "200 OK",
+            "text/plain; version=0.0.4",
+            handle.render().into_bytes(),
+        ),
+        "/healthz" => ("200 OK", "text/plain", b"ok\n".to_vec()),
+        "/readyz" if health.is_ready() => ("200 OK", "text/plain", b"ready\n".to_vec()),
+        "/readyz" => (
+            "503 Service Unavailable",
+            "text/plain",
+            b"not ready\n".to_vec(),
+        ),
+        _ => ("404 Not Found", "text/plain", b"not found\n".to_vec()),
+    };
+    let mut out = stream;
+    write!(
+        out,
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    out.write_all(&body)?;
+    out.flush()
+}
