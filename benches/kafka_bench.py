@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""Kafka benchmark: tidemark against a transactional passthrough built from the same code.
+
+Run it with scripts/bench-kafka.sh (which builds the binary and installs the broker). One run:
+
+1. starts a dedicated Tansu broker on a free loopback port;
+2. loads EVENTS JSON clickstream events (KEYS keys, PARTITIONS partitions) with `tidemark produce`;
+3. (b) `tidemark run --passthrough`: consume -> produce in transactions every 100 ms, no state;
+4. (a) `tidemark run`: tumbling 1 s count, exactly-once, commit interval 100 ms;
+   each over the same loaded records, throughput measured from the first committed record to the
+   last (scraping /metrics every 100 ms), CPU of the member and of the broker over that interval
+   from /proc, and the member's peak RSS (VmHWM);
+5. live latency: while member (a) keeps running, produces LIVE_EVENTS at LIVE_RATE events/s and
+   reads the pane latency histogram (append of the record that fired a pane -> commit of the
+   pane's transaction) over that phase only.
+
+Prints a table. Nothing here is a pass/fail test: the figures go into the README.
+"""
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "tidemark")
+TANSU = os.path.join(ROOT, ".venv", "bin", "tansu")
+EVENTS = int(os.environ.get("BENCH_EVENTS", "1000000"))
+KEYS = int(os.environ.get("BENCH_KEYS", "10000"))
+PARTITIONS = int(os.environ.get("BENCH_PARTITIONS", "3"))
+LIVE_EVENTS = int(os.environ.get("BENCH_LIVE_EVENTS", "200000"))
+LIVE_RATE = int(os.environ.get("BENCH_LIVE_RATE", "20000"))
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+# Extra `[kafka.properties]` lines for experiments, e.g. '"fetch.wait.max.ms" = "20"'.
+EXTRA_PROPS = os.environ.get("BENCH_PROPERTIES", "")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process and its waited-for children, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # fields[0] is the state (field 3); utime, stime are fields 14, 15.
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def peak_rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def scrape(port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name, value = line.rsplit(" ", 1)
+        out[name] = float(value)
+    return out
+
+
+def total(metrics, name):
+    return sum(v for k, v in metrics.items() if k == name or k.startswith(name + "{"))
+
+
+def buckets(metrics, name):
+    """Cumulative histogram buckets [(le, count)], sorted by le."""
+    out = []
+    for k, v in metrics.items():
+        m = re.fullmatch(re.escape(name) + r'_bucket\{le="([^"]+)"\}', k)
+        if m:
+            out.append((float("inf") if m.group(1) == "+Inf" else float(m.group(1)), v))
+    return sorted(out)
+
+
+def quantile(q, cumulative):
+    """Prometheus' histogram_quantile: linear interpolation inside the bucket."""
+    n = cumulative[-1][1]
+    if n == 0:
+        return float("nan")
+    rank = q * n
+    prev_le, prev_c = 0.0, 0.0
+    for le, c in cumulative:
+        if c >= rank:
+            if le == float("inf"):
+                return prev_le
+            return prev_le + (le - prev_le) * (rank - prev_c) / max(c - prev_c, 1e-9)
+        prev_le, prev_c = le, c
+    return cumulative[-1][0]
+
+
+def config(broker, app, output, state, port):
+    return f"""
+name = "{app}"
+[input]
+key = "user_id"
+timestamp = "ts"
+[window]
+type = "tumbling"
+size = "1s"
+[watermark]
+idle_timeout = "1s"
+[[aggregations]]
+name = "clicks"
+op = "count"
+[kafka]
+bootstrap_servers = "{broker}"
+application_id = "{app}"
+input_topic = "bench-in"
+output_topic = "{output}"
+dead_letter_topic = "{output}-dead"
+state_dir = "{state}"
+commit_interval = "100ms"
+max_batch_records = 1000000
+[kafka.properties]
+"session.timeout.ms" = "6000"
+"max.poll.interval.ms" = "30000"
+{EXTRA_PROPS}
+[metrics]
+address = "127.0.0.1:{port}"
+"""
+
+
+def start_member(workdir, broker, broker_pid, app, passthrough):
+    port = free_port()
+    cfg = os.path.join(workdir, f"{app}.toml")
+    with open(cfg, "w") as f:
+        f.write(config(broker, app, f"{app}-out", os.path.join(workdir, app), port))
+    args = [BIN, "run", "--config", cfg] + (["--passthrough"] if passthrough else [])
+    env = dict(os.environ, TIDEMARK_LOG="warn")
+    proc = subprocess.Popen(args, env=env)
+    return proc, port
+
+
+def measure(proc, port, broker_pid, target, label):
+    """Polls /metrics until `target` input records are committed; returns the figures."""
+    samples = []  # (time, records_in, member cpu, broker cpu)
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"{label}: tidemark run exited with {proc.returncode}")
+        m = scrape(port)
+        if m is not None:
+            n = total(m, "tidemark_records_in_total")
+            samples.append((time.time(), n, cpu_seconds(proc.pid), cpu_seconds(broker_pid)))
+            if n >= target:
+                break
+        time.sleep(0.1)
+    else:
+        sys.exit(f"{label}: did not commit {target} records within 600 s")
+    first = next(s for s in samples if s[1] > 0)
+    # The interval starts at the last sample before any record was committed, when there is one.
+    before = [s for s in samples if s[1] == 0]
+    start = before[-1] if before else first
+    end = samples[-1]
+    secs = end[0] - start[0]
+    return {
+        "label": label,
+        "records": end[1] - start[1],
+        "seconds": secs,
+        "rate": (end[1] - start[1]) / secs,
+        "cpu_member": (end[2] - start[2]) / secs,
+        "cpu_broker": (end[3] - start[3]) / secs,
+        "rss_mb": peak_rss_mb(proc.pid),
+        "metrics": scrape(port),
+    }
+
+
+def stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def main():
+    for path in (BIN, TANSU):
+        if not os.path.exists(path):
+            sys.exit(f"{path} is missing: run scripts/bench-kafka.sh")
+    workdir = tempfile.mkdtemp(prefix="tidemark-bench-")
+    port = free_port()
+    broker = f"127.0.0.1:{port}"
+    url = f"tcp://{broker}"
+    tansu = subprocess.Popen(
+        [TANSU, "broker", "--listener-url", url, "--advertised-listener-url", url,
+         "--storage-engine", "memory://tansu/"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    members = []
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        print(f"broker {broker}; loading {EVENTS} events, {KEYS} keys, {PARTITIONS} partitions", flush=True)
+        t0 = time.time()
+        subprocess.run([BIN, "produce", "--bootstrap-servers", broker, "--topic", "bench-in",
+                        "--partitions", str(PARTITIONS), "--events", str(EVENTS), "--rate", "0",
+                        "--keys", str(KEYS), "--disorder-ms", "0"], check=True, stdout=subprocess.DEVNULL)
+        print(f"loaded in {time.time() - t0:.1f} s", flush=True)
+
+        results = []
+        proc, mport = start_member(workdir, broker, tansu.pid, "bench-passthrough", True)
+        members.append(proc)
+        results.append(measure(proc, mport, tansu.pid, EVENTS, "(b) transactional passthrough"))
+        stop(proc)
+
+        proc, mport = start_member(workdir, broker, tansu.pid, "bench-windows", False)
+        members.append(proc)
+        a = measure(proc, mport, tansu.pid, EVENTS, "(a) tidemark, tumbling 1 s count")
+        results.append(a)
+
+        # Live phase: the same member, records arriving at LIVE_RATE while it keeps up.
+        time.sleep(2)
+        before = scrape(mport)
+        subprocess.run([BIN, "produce", "--bootstrap-servers", broker, "--topic", "bench-in",
+                        "--events", str(LIVE_EVENTS), "--rate", str(LIVE_RATE),
+                        "--keys", str(KEYS), "--disorder-ms", "0"], check=True, stdout=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while total(scrape(mport), "tidemark_records_in_total") < EVENTS + LIVE_EVENTS:
+            if time.time() > deadline:
+                sys.exit("live phase: member did not catch up within 60 s")
+            time.sleep(0.1)
+        time.sleep(2.5)  # the idle watermark fires the last windows
+        after = scrape(mport)
+        stop(proc)
+    finally:
+        for p in members:
+            if p.poll() is None:
+                p.kill()
+        tansu.terminate()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    name = "tidemark_pane_commit_latency_seconds"
+    b0 = dict(buckets(before, name))
+    live = [(le, c - b0.get(le, 0.0)) for le, c in buckets(after, name)]
+    panes = live[-1][1]
+    within = dict(live).get(0.35, float("nan"))
+
+    print()
+    print(f"{'run':34} {'records':>9} {'seconds':>8} {'records/s':>10} {'cpu member':>11} {'cpu broker':>11} {'peak RSS':>9}")
+    for r in results:
+        print(f"{r['label']:34} {r['records']:>9.0f} {r['seconds']:>8.2f} {r['rate']:>10.0f} "
+              f"{r['cpu_member'] * 100:>10.0f}% {r['cpu_broker'] * 100:>10.0f}% {r['rss_mb']:>7.0f} MB")
+    ratio = results[1]["rate"] / results[0]["rate"]
+    print(f"\n(a)/(b) throughput: {ratio * 100:.0f}% (target >= 60%)")
+    print(f"live phase: {LIVE_EVENTS} events at {LIVE_RATE}/s, {panes:.0f} panes committed")
+    print(f"pane latency (append of the firing record -> commit): p50 {quantile(0.5, live) * 1000:.0f} ms, "
+          f"p99 {quantile(0.99, live) * 1000:.0f} ms (target <= 350 ms); "
+          f"{within / panes * 100 if panes else float('nan'):.1f}% within 350 ms")
+    summary = {
+        "passthrough_rps": round(results[0]["rate"]),
+        "tidemark_rps": round(results[1]["rate"]),
+        "ratio": round(ratio, 3),
+        "p99_ms": round(quantile(0.99, live) * 1000),
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
