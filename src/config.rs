@@ -12,6 +12,7 @@ use crate::windowing::assigner::WindowKind;
 use crate::windowing::time::{format_duration, parse_duration};
 use crate::windowing::trigger::{Accumulation, LateFiring, TriggerSpec};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
@@ -45,6 +46,42 @@ pub struct RawConfig {
     /// The metrics and health endpoint of `tidemark run`.
     #[serde(default)]
     pub metrics: Option<RawMetrics>,
+    /// How panes and dead letters are encoded (default JSON).
+    #[serde(default)]
+    pub output: Option<RawOutput>,
+    /// A Confluent-compatible Schema Registry for Confluent-framed Avro.
+    #[serde(default)]
+    pub schema_registry: Option<RawRegistry>,
+    /// Directory that relative schema paths are resolved against (the pipeline file's directory
+    /// when loaded from a file; the working directory otherwise).
+    #[serde(skip)]
+    pub base_dir: Option<std::path::PathBuf>,
+}
+
+/// The `[output]` section as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOutput {
+    /// `"json"` (default) or `"avro"` (`schemas/window_result.avsc`, `schemas/dead_letter.avsc`).
+    #[serde(default)]
+    pub format: Option<String>,
+    /// `"plain"` (default) or `"confluent"`.
+    #[serde(default)]
+    pub framing: Option<String>,
+    /// Schema id written in Confluent-framed panes when no registry is configured.
+    #[serde(default)]
+    pub pane_schema_id: Option<u32>,
+    /// Schema id written in Confluent-framed dead letters when no registry is configured.
+    #[serde(default)]
+    pub dead_letter_schema_id: Option<u32>,
+}
+
+/// The `[schema_registry]` section as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRegistry {
+    /// Base URL, `http://host:port`.
+    pub url: String,
 }
 
 /// The `[metrics]` section as written.
@@ -136,9 +173,21 @@ pub struct KafkaSpec {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawInput {
-    /// Input format; `"json"` for now.
+    /// Input format: `"json"` (default) or `"avro"`.
     #[serde(default = "default_format")]
     pub format: String,
+    /// Avro reader schema file (Avro only).
+    #[serde(default)]
+    pub schema: Option<String>,
+    /// Avro writer schema file of plain-framed data, when it differs from the reader schema.
+    #[serde(default)]
+    pub writer_schema: Option<String>,
+    /// Avro framing: `"plain"` (default) or `"confluent"`.
+    #[serde(default)]
+    pub framing: Option<String>,
+    /// Local Confluent schema ids: id → writer schema file.
+    #[serde(default)]
+    pub schema_ids: std::collections::BTreeMap<String, String>,
     /// Dotted path of the grouping key (string or number).
     pub key: String,
     /// Dotted path of the event timestamp: epoch milliseconds or an RFC 3339 string.
@@ -259,6 +308,12 @@ pub struct PipelineSpec {
     pub kafka: Option<KafkaSpec>,
     /// Where `tidemark run` serves metrics and health, if the file has a `[metrics]` section.
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// Avro input settings; `None` for JSON input.
+    pub avro_input: Option<crate::avro::AvroInputSpec>,
+    /// How panes and dead letters are encoded.
+    pub output_format: crate::avro::OutputFormat,
+    /// Schema Registry base URL, if configured.
+    pub schema_registry: Option<String>,
 }
 
 /// One violated rule, naming the field.
@@ -326,7 +381,9 @@ pub fn parse_raw(
 
 /// Loads, validates and returns the pipeline with its warnings.
 pub fn load(path: &Path) -> Result<(PipelineSpec, Vec<String>), ConfigError> {
-    load_raw(path)?.validate()
+    let mut raw = load_raw(path)?;
+    raw.base_dir = path.parent().map(Path::to_path_buf);
+    raw.validate()
 }
 
 fn apply_override(tree: &mut toml::Table, name: &str, value: &str) -> Result<(), ConfigError> {
@@ -453,15 +510,6 @@ impl RawConfig {
         };
         if self.name.trim().is_empty() {
             c.fail("name", "must not be empty");
-        }
-        if self.input.format != "json" {
-            c.fail(
-                "input.format",
-                format!(
-                    "unsupported format {:?}: only \"json\" is available",
-                    self.input.format
-                ),
-            );
         }
         let key = c.path("input.key", &self.input.key);
         let timestamp = c.path("input.timestamp", &self.input.timestamp);
@@ -590,6 +638,22 @@ impl RawConfig {
         }
 
         let kafka = self.kafka.as_ref().map(|k| self.validate_kafka(k, &mut c));
+        let input_spec = InputSpec {
+            key: key.clone(),
+            timestamp: timestamp.clone(),
+            fields: fields.clone(),
+        };
+        let avro_input = self.validate_avro_input(&input_spec, &mut c);
+        let output_format = self.validate_output(&mut c);
+        let schema_registry = self.schema_registry.as_ref().map(|r| {
+            if !r.url.starts_with("http://") {
+                c.fail(
+                    "schema_registry.url",
+                    format!("{:?} must be an http:// URL", r.url),
+                );
+            }
+            r.url.clone()
+        });
         let metrics_address = self.metrics.as_ref().and_then(|m| {
             m.address
                 .parse::<std::net::SocketAddr>()
@@ -646,9 +710,186 @@ impl RawConfig {
                 aggregations,
                 kafka: kafka.flatten(),
                 metrics_address,
+                avro_input: avro_input.flatten(),
+                output_format: output_format.unwrap_or(crate::avro::OutputFormat::Json),
+                schema_registry,
             },
             c.warnings,
         ))
+    }
+
+    /// Reads a schema file (relative to the pipeline file's directory) and checks that it parses.
+    fn schema_file(&self, field: &str, path: &str, c: &mut Checker) -> Option<String> {
+        let full = match &self.base_dir {
+            Some(dir) if Path::new(path).is_relative() => dir.join(path),
+            _ => Path::new(path).to_path_buf(),
+        };
+        match std::fs::read_to_string(&full) {
+            Err(e) => {
+                c.fail(field, format!("cannot read {}: {e}", full.display()));
+                None
+            }
+            Ok(text) => match crate::avro::parse_schema(path, &text) {
+                Ok(_) => Some(text),
+                Err(e) => {
+                    c.fail(field, e.to_string());
+                    None
+                }
+            },
+        }
+    }
+
+    /// `Some(None)` for JSON input, `Some(Some(_))` for valid Avro input, `None` after violations.
+    fn validate_avro_input(
+        &self,
+        spec: &InputSpec,
+        c: &mut Checker,
+    ) -> Option<Option<crate::avro::AvroInputSpec>> {
+        use crate::avro::{AvroInputSpec, Framing};
+        let i = &self.input;
+        match i.format.as_str() {
+            "json" => {
+                for (field, set) in [
+                    ("input.schema", i.schema.is_some()),
+                    ("input.writer_schema", i.writer_schema.is_some()),
+                    ("input.framing", i.framing.is_some()),
+                    ("input.schema_ids", !i.schema_ids.is_empty()),
+                ] {
+                    if set {
+                        c.fail(field, "applies to format = \"avro\" only");
+                    }
+                }
+                return Some(None);
+            }
+            "avro" => {}
+            other => {
+                c.fail(
+                    "input.format",
+                    format!("unsupported format {other:?}: \"json\" or \"avro\""),
+                );
+                return None;
+            }
+        }
+        let before = c.violations.len();
+        let framing = match i.framing.as_deref() {
+            None => Some(Framing::Plain),
+            Some(f) => Framing::parse(f).or_else(|| {
+                c.fail(
+                    "input.framing",
+                    format!("must be \"plain\" or \"confluent\", got {f:?}"),
+                );
+                None
+            }),
+        };
+        let reader = match &i.schema {
+            None => {
+                c.fail(
+                    "input.schema",
+                    "format = \"avro\" needs a reader schema file",
+                );
+                None
+            }
+            Some(p) => self.schema_file("input.schema", p, c),
+        };
+        if let Some(text) = &reader {
+            if let Ok(schema) = crate::avro::parse_schema("input.schema", text) {
+                for problem in crate::avro::check_paths(&schema, spec) {
+                    c.fail("input.schema", problem);
+                }
+            }
+        }
+        let writer = i
+            .writer_schema
+            .as_ref()
+            .and_then(|p| self.schema_file("input.writer_schema", p, c));
+        let mut ids = BTreeMap::new();
+        for (id, path) in &i.schema_ids {
+            let field = format!("input.schema_ids.{id}");
+            match id.parse::<u32>() {
+                Err(_) => c.fail(&field, "schema ids are unsigned 32-bit integers"),
+                Ok(n) => {
+                    if let Some(text) = self.schema_file(&field, path, c) {
+                        ids.insert(n, text);
+                    }
+                }
+            }
+        }
+        if framing == Some(Framing::Confluent)
+            && self.schema_registry.is_none()
+            && i.schema_ids.is_empty()
+        {
+            c.fail(
+                "input.framing",
+                "confluent framing needs [schema_registry] url or input.schema_ids",
+            );
+        }
+        if framing == Some(Framing::Plain) && !i.schema_ids.is_empty() {
+            c.fail(
+                "input.schema_ids",
+                "applies to framing = \"confluent\" only",
+            );
+        }
+        if c.violations.len() > before {
+            return None;
+        }
+        Some(Some(AvroInputSpec {
+            reader: reader?,
+            writer,
+            framing: framing?,
+            ids,
+        }))
+    }
+
+    fn validate_output(&self, c: &mut Checker) -> Option<crate::avro::OutputFormat> {
+        use crate::avro::{Framing, OutputFormat};
+        let Some(o) = &self.output else {
+            return Some(OutputFormat::Json);
+        };
+        match o.format.as_deref() {
+            None | Some("json") => {
+                if o.framing.is_some() || o.pane_schema_id.is_some() {
+                    c.fail("output.framing", "applies to format = \"avro\" only");
+                }
+                Some(OutputFormat::Json)
+            }
+            Some("avro") => {
+                let framing = match o.framing.as_deref() {
+                    None => Framing::Plain,
+                    Some(f) => match Framing::parse(f) {
+                        Some(f) => f,
+                        None => {
+                            c.fail(
+                                "output.framing",
+                                format!("must be \"plain\" or \"confluent\", got {f:?}"),
+                            );
+                            return None;
+                        }
+                    },
+                };
+                if framing == Framing::Confluent
+                    && self.schema_registry.is_none()
+                    && (o.pane_schema_id.is_none() || o.dead_letter_schema_id.is_none())
+                {
+                    c.fail(
+                        "output.framing",
+                        "confluent framing needs [schema_registry] url, or both output.pane_schema_id and output.dead_letter_schema_id",
+                    );
+                    return None;
+                }
+                Some(OutputFormat::Avro {
+                    framing,
+                    pane_schema_id: o.pane_schema_id,
+                    dead_letter_schema_id: o.dead_letter_schema_id,
+                })
+            }
+            Some(other) => {
+                c.fail(
+                    "output.format",
+                    format!("unsupported format {other:?}: \"json\" or \"avro\""),
+                );
+                None
+            }
+        }
     }
 
     fn validate_kafka(&self, k: &RawKafka, c: &mut Checker) -> Option<KafkaSpec> {

@@ -6,7 +6,10 @@
 //! * [`config`] — the pipeline file (TOML), environment overrides, and `validate()`, which lists
 //!   every violation at once.
 //! * [`produce`] — `tidemark produce`: a clickstream load generator.
-//! * [`record`] — decoding input records (JSON) into the engine's [`record::Event`].
+//! * [`record`] — decoding input records (JSON, or Avro through [`avro`]) into the engine's
+//!   [`record::Event`].
+//! * [`avro`] — Avro decoding with reader schemas and evolution, pane and dead-letter encodings,
+//!   plain and Confluent framing, and the Schema Registry client.
 //! * [`windowing`] — the pure, deterministic core: time arithmetic, window assigners, watermarks,
 //!   triggers, mergeable aggregates and the [`windowing::engine::Engine`] that fires panes. It knows
 //!   nothing about Kafka, so it runs the same from a file, in tests and in `simulate`.
@@ -29,6 +32,7 @@
 #![warn(missing_docs)]
 
 pub mod audit;
+pub mod avro;
 pub mod cli;
 pub mod config;
 pub mod coordinator;

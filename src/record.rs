@@ -46,6 +46,13 @@ pub enum DecodeError {
         /// The string found.
         value: String,
     },
+    /// Avro bytes that do not decode: bad framing, unknown schema id, schemas that do not resolve.
+    #[error("avro: {0}")]
+    Avro(String),
+    /// Decoding needs a service that is unreachable (the schema registry); not the record's fault,
+    /// so the record is retried rather than dead-lettered.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     /// The timestamp is too far from the epoch to compute windows safely.
     #[error("field {field}: timestamp {value} is out of range")]
     TimestampOutOfRange {
@@ -194,6 +201,40 @@ impl JsonDecoder {
             });
         }
         Ok(ts)
+    }
+}
+
+/// Decodes input records in the pipeline's format.
+#[derive(Debug)]
+pub enum Decoder {
+    /// JSON objects.
+    Json(JsonDecoder),
+    /// Avro, plain or Confluent-framed.
+    Avro(Box<crate::avro::AvroDecoder>),
+}
+
+impl Decoder {
+    /// The decoder the pipeline's `[input]` section asks for; `registry` serves Confluent ids.
+    pub fn for_spec(
+        spec: &crate::config::PipelineSpec,
+        registry: Option<crate::avro::SchemaRegistry>,
+    ) -> Result<Decoder, crate::avro::AvroError> {
+        Ok(match &spec.avro_input {
+            None => Decoder::Json(JsonDecoder::new(spec.input.clone())),
+            Some(avro) => Decoder::Avro(Box::new(crate::avro::AvroDecoder::new(
+                spec.input.clone(),
+                avro,
+                registry,
+            )?)),
+        })
+    }
+
+    /// Decodes a record value whose grouping key is the record key.
+    pub fn decode_keyed(&mut self, bytes: &[u8], key: String) -> Result<Event, DecodeError> {
+        match self {
+            Decoder::Json(d) => d.decode_keyed(bytes, key),
+            Decoder::Avro(d) => d.decode(bytes, Some(key)),
+        }
     }
 }
 

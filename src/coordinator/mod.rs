@@ -20,9 +20,10 @@
 //! non-zero exit (abort is never called after fencing). Transaction calls block, so the whole loop
 //! runs on a dedicated thread, never on async workers.
 
+use crate::avro::{AvroEncoder, Framing, OutputFormat, SchemaRegistry};
 use crate::config::{KafkaSpec, PipelineSpec};
 use crate::metrics::{self as m, Health};
-use crate::record::JsonDecoder;
+use crate::record::{DecodeError, Decoder};
 use crate::sink::json::encode_pane;
 use crate::sink::kafka::{dead_letter_headers, pane_headers, DeadLetterInfo};
 use crate::source::{consumer_config, producer_config};
@@ -226,7 +227,9 @@ pub struct Core {
     store: StateStore,
     producer: ThreadedProducer<TxnContext>,
     deliveries: Arc<Deliveries>,
-    decoder: JsonDecoder,
+    decoder: Decoder,
+    /// Avro encoder of panes and dead letters; `None` for JSON output.
+    encoder: Option<AvroEncoder>,
     parts: BTreeMap<i32, Part>,
     batch_records: usize,
     dirty: bool,
@@ -272,10 +275,15 @@ impl Core {
 
     fn send_panes(&mut self, panes: Vec<Pane>, fired_at: i64) -> Result<(), CycleError> {
         for p in panes {
-            let value = encode_pane(&p, &self.spec.aggregations);
+            let value = match &self.encoder {
+                None => encode_pane(&p, &self.spec.aggregations).into_bytes(),
+                Some(enc) => enc
+                    .pane(&p, &self.spec.aggregations)
+                    .map_err(|e| CycleError::Fatal(e.to_string()))?,
+            };
             let record = BaseRecord::with_opaque_to(&self.k.output_topic, 0usize)
                 .key(p.key.as_bytes())
-                .payload(value.as_bytes())
+                .payload(value.as_slice())
                 .headers(pane_headers(&p));
             self.send(record)?;
             self.counters[2] += 1;
@@ -302,8 +310,17 @@ impl Core {
         if let Some(k) = msg.key() {
             record = record.key(k);
         }
-        if let Some(v) = msg.payload() {
-            record = record.payload(v);
+        let envelope = match &self.encoder {
+            None => None,
+            Some(enc) => Some(
+                enc.dead_letter(&info, msg.key(), msg.payload())
+                    .map_err(|e| CycleError::Fatal(e.to_string()))?,
+            ),
+        };
+        match (&envelope, msg.payload()) {
+            (Some(env), _) => record = record.payload(env.as_slice()),
+            (None, Some(v)) => record = record.payload(v),
+            (None, None) => {}
         }
         self.send(record)?;
         self.counters[3] += 1;
@@ -360,7 +377,11 @@ impl Core {
         let decoded = match (key, msg.payload()) {
             (None, _) => Err("record has no key".to_string()),
             (_, None) => Err("record has no value".to_string()),
-            (Some(key), Some(v)) => self.decoder.decode_keyed(v, key).map_err(|e| e.to_string()),
+            (Some(key), Some(v)) => match self.decoder.decode_keyed(v, key) {
+                // Not the record's fault (the registry is down): retry the transaction.
+                Err(DecodeError::Unavailable(e)) => return Err(CycleError::Abortable(e)),
+                other => other.map_err(|e| e.to_string()),
+            },
         };
         part.next_offset = offset + 1;
         part.batch_in += 1;
@@ -888,6 +909,50 @@ fn ensure_topics(k: &KafkaSpec) -> Result<i32, RunError> {
     Ok(partitions)
 }
 
+/// Builds the input decoder and the output encoder, connecting to the Schema Registry when one is
+/// configured (a registry that is down is a startup error) and registering the output schemas
+/// under `<topic>-value`.
+fn codecs(spec: &PipelineSpec, k: &KafkaSpec) -> Result<(Decoder, Option<AvroEncoder>), RunError> {
+    let registry = match &spec.schema_registry {
+        None => None,
+        Some(url) => {
+            Some(SchemaRegistry::connect(url).map_err(|e| RunError::Startup(e.to_string()))?)
+        }
+    };
+    let decoder =
+        Decoder::for_spec(spec, registry.clone()).map_err(|e| RunError::Startup(e.to_string()))?;
+    let encoder = match &spec.output_format {
+        OutputFormat::Json => None,
+        OutputFormat::Avro {
+            framing,
+            pane_schema_id,
+            dead_letter_schema_id,
+        } => {
+            let (pane_id, dl_id) = match (framing, &registry) {
+                (Framing::Confluent, Some(r)) => {
+                    let reg = |topic: &str, schema: &str| {
+                        r.register(&format!("{topic}-value"), schema)
+                            .map_err(|e| RunError::Startup(e.to_string()))
+                    };
+                    (
+                        reg(&k.output_topic, crate::avro::WINDOW_RESULT_SCHEMA)?,
+                        reg(&k.dead_letter_topic, crate::avro::DEAD_LETTER_SCHEMA)?,
+                    )
+                }
+                _ => (
+                    pane_schema_id.unwrap_or(0),
+                    dead_letter_schema_id.unwrap_or(0),
+                ),
+            };
+            Some(
+                AvroEncoder::new(*framing, pane_id, dl_id)
+                    .map_err(|e| RunError::Startup(e.to_string()))?,
+            )
+        }
+    };
+    Ok((decoder, encoder))
+}
+
 /// Runs the pipeline as a member of its consumer group until `shutdown` is set or a fatal error.
 pub fn run(
     spec: PipelineSpec,
@@ -917,8 +982,10 @@ pub fn run(
     producer
         .begin_transaction()
         .map_err(|e| RunError::Fatal(format!("begin_transaction: {e}")))?;
+    let (decoder, encoder) = codecs(&spec, &k)?;
     let core = Arc::new(Mutex::new(Core {
-        decoder: JsonDecoder::new(spec.input.clone()),
+        decoder,
+        encoder,
         spec,
         k: k.clone(),
         store,

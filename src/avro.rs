@@ -1,0 +1,647 @@
+//! Avro: input decoding with a reader schema, pane and dead-letter encodings, both plain Avro
+//! binary and the Confluent wire format, and a Confluent-compatible Schema Registry client.
+//!
+//! *Plain* data is a bare Avro datum written with a known writer schema (the configured
+//! `writer_schema`, or the reader schema itself). *Confluent* data starts with a magic byte 0 and a
+//! 4-byte big-endian schema id; the id resolves against the Schema Registry
+//! (`GET /schemas/ids/{id}`, cached) or against a local id → schema-file map. Either way the datum
+//! is decoded with its writer schema and then resolved against the reader schema, so records
+//! written with an older or newer schema (optional fields added or removed) decode.
+//!
+//! Every failure that is the record's fault — unknown schema id, bad framing, bytes that do not
+//! decode, a missing field — is a [`DecodeError`], which becomes a dead letter. A registry that
+//! cannot be reached is not the record's fault: [`DecodeError::Unavailable`] makes the caller
+//! abort and retry the transaction instead.
+
+use crate::config::InputSpec;
+use crate::record::{DecodeError, Event};
+use crate::sink::kafka::DeadLetterInfo;
+use crate::windowing::aggregate::AggSpec;
+use crate::windowing::engine::Pane;
+use crate::windowing::time::MAX_ABS_TIMESTAMP;
+use crate::windowing::trigger::Timing;
+use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::types::Value;
+use apache_avro::writer::datum::GenericDatumWriter;
+use apache_avro::Schema;
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// The pane schema, `schemas/window_result.avsc`.
+pub const WINDOW_RESULT_SCHEMA: &str = include_str!("../schemas/window_result.avsc");
+/// The dead-letter envelope schema, `schemas/dead_letter.avsc`.
+pub const DEAD_LETTER_SCHEMA: &str = include_str!("../schemas/dead_letter.avsc");
+
+/// How Avro bytes are framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// A bare Avro datum.
+    Plain,
+    /// Magic byte 0, a 4-byte big-endian schema id, then the datum.
+    Confluent,
+}
+
+impl Framing {
+    /// Parses `"plain"` or `"confluent"`.
+    pub fn parse(s: &str) -> Option<Framing> {
+        match s {
+            "plain" => Some(Framing::Plain),
+            "confluent" => Some(Framing::Confluent),
+            _ => None,
+        }
+    }
+}
+
+/// Validated Avro input settings (schema texts, already checked to parse).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AvroInputSpec {
+    /// The reader schema.
+    pub reader: String,
+    /// The writer schema of plain data (default: the reader schema).
+    pub writer: Option<String>,
+    /// Framing of input values.
+    pub framing: Framing,
+    /// Local schema ids for Confluent framing.
+    pub ids: BTreeMap<u32, String>,
+}
+
+/// Validated output encoding.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputFormat {
+    /// Panes as JSON; dead letters keep the original bytes.
+    Json,
+    /// Panes and dead-letter envelopes as Avro.
+    Avro {
+        /// Framing of output values.
+        framing: Framing,
+        /// Schema id of panes under Confluent framing when no registry is configured.
+        pane_schema_id: Option<u32>,
+        /// Schema id of dead letters under Confluent framing when no registry is configured.
+        dead_letter_schema_id: Option<u32>,
+    },
+}
+
+/// Errors of schemas and the registry.
+#[derive(Debug, thiserror::Error)]
+pub enum AvroError {
+    /// A schema does not parse.
+    #[error("schema {0}: {1}")]
+    Schema(String, String),
+    /// The registry cannot be reached or answered with an error.
+    #[error("schema registry {0}: {1}")]
+    Registry(String, String),
+    /// A pane or envelope could not be encoded (a bug: the values are built from the schema).
+    #[error("encoding: {0}")]
+    Encode(String),
+}
+
+/// Parses a schema text, naming `what` in the error.
+pub fn parse_schema(what: &str, text: &str) -> Result<Schema, AvroError> {
+    Schema::parse_str(text).map_err(|e| AvroError::Schema(what.to_string(), e.to_string()))
+}
+
+/// Checks that the configured field paths exist in the reader schema with usable types; returns
+/// one message per problem.
+pub fn check_paths(schema: &Schema, spec: &InputSpec) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut check = |what: &str, path: &[String], ok: &dyn Fn(&Schema) -> bool| match field_schema(
+        schema, path,
+    ) {
+        None => problems.push(format!(
+            "{what} {:?} is not a field of the reader schema",
+            path.join(".")
+        )),
+        Some(s) if !ok(s) => problems.push(format!(
+            "{what} {:?} has an unusable type in the reader schema",
+            path.join(".")
+        )),
+        Some(_) => {}
+    };
+    let numeric = |s: &Schema| {
+        matches!(
+            s,
+            Schema::Int | Schema::Long | Schema::Float | Schema::Double
+        )
+    };
+    let time = |s: &Schema| {
+        matches!(
+            s,
+            Schema::Long
+                | Schema::Int
+                | Schema::TimestampMillis
+                | Schema::TimestampMicros
+                | Schema::LocalTimestampMillis
+                | Schema::LocalTimestampMicros
+                | Schema::String
+        )
+    };
+    let key = |s: &Schema| {
+        matches!(
+            s,
+            Schema::String | Schema::Int | Schema::Long | Schema::Enum(_) | Schema::Uuid(_)
+        )
+    };
+    check("input.key", &spec.key, &key);
+    check("input.timestamp", &spec.timestamp, &time);
+    for f in &spec.fields {
+        check("aggregation field", f, &numeric);
+    }
+    problems
+}
+
+/// The schema of a (possibly nested) field, looking through `["null", T]` unions.
+fn field_schema<'a>(schema: &'a Schema, path: &[String]) -> Option<&'a Schema> {
+    let mut s = unwrap_nullable(schema);
+    for seg in path {
+        let Schema::Record(r) = s else { return None };
+        let f = r.fields.iter().find(|f| &f.name == seg)?;
+        s = unwrap_nullable(&f.schema);
+    }
+    Some(s)
+}
+
+fn unwrap_nullable(s: &Schema) -> &Schema {
+    if let Schema::Union(u) = s {
+        let non_null: Vec<&Schema> = u
+            .variants()
+            .iter()
+            .filter(|v| !matches!(v, Schema::Null))
+            .collect();
+        if non_null.len() == 1 {
+            return non_null[0];
+        }
+    }
+    s
+}
+
+/// A minimal HTTP/1.1 client for the Schema Registry (plain `http://` only).
+fn http(url: &str, method: &str, path: &str, body: Option<&str>) -> Result<(u16, String), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| "only http:// registry URLs are supported".to_string())?;
+    let (host, prefix) = match rest.split_once('/') {
+        Some((h, p)) => (h, format!("/{}", p.trim_end_matches('/'))),
+        None => (rest, String::new()),
+    };
+    let hostport = if host.contains(':') {
+        host.to_string()
+    } else {
+        format!("{host}:80")
+    };
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&hostport)
+        .map_err(|e| e.to_string())?
+        .next()
+        .ok_or_else(|| format!("{hostport} does not resolve"))?;
+    let mut s =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let body = body.unwrap_or("");
+    write!(
+        s,
+        "{method} {prefix}{path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/vnd.schemaregistry.v1+json, application/json\r\nContent-Type: application/vnd.schemaregistry.v1+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| "malformed HTTP response".to_string())?;
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((status, body))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// A Confluent-compatible Schema Registry.
+#[derive(Debug, Clone)]
+pub struct SchemaRegistry {
+    url: String,
+}
+
+impl SchemaRegistry {
+    /// A client for `url` (e.g. `http://localhost:8081`); checks that the registry answers, so a
+    /// registry that is down is a clear startup error.
+    pub fn connect(url: &str) -> Result<SchemaRegistry, AvroError> {
+        let r = SchemaRegistry {
+            url: url.trim_end_matches('/').to_string(),
+        };
+        match http(&r.url, "GET", "/subjects", None) {
+            Ok((200, _)) => Ok(r),
+            Ok((code, body)) => Err(AvroError::Registry(
+                url.into(),
+                format!("GET /subjects answered {code}: {body}"),
+            )),
+            Err(e) => Err(AvroError::Registry(url.into(), e)),
+        }
+    }
+
+    /// The schema text with this id; `Ok(None)` when the registry does not know the id.
+    pub fn schema(&self, id: u32) -> Result<Option<String>, AvroError> {
+        let err = |e: String| AvroError::Registry(self.url.clone(), e);
+        let (code, body) =
+            http(&self.url, "GET", &format!("/schemas/ids/{id}"), None).map_err(err)?;
+        match code {
+            200 => {
+                let v: serde_json::Value =
+                    serde_json::from_str(&body).map_err(|e| err(format!("schema {id}: {e}")))?;
+                v.get("schema")
+                    .and_then(|s| s.as_str())
+                    .map(|s| Some(s.to_string()))
+                    .ok_or_else(|| err(format!("schema {id}: no \"schema\" in {body}")))
+            }
+            404 => Ok(None),
+            _ => Err(err(format!(
+                "GET /schemas/ids/{id} answered {code}: {body}"
+            ))),
+        }
+    }
+
+    /// Registers `schema` under `subject` (idempotent) and returns its id.
+    pub fn register(&self, subject: &str, schema: &str) -> Result<u32, AvroError> {
+        let err = |e: String| AvroError::Registry(self.url.clone(), e);
+        let body = serde_json::json!({ "schema": schema }).to_string();
+        let (code, text) = http(
+            &self.url,
+            "POST",
+            &format!("/subjects/{subject}/versions"),
+            Some(&body),
+        )
+        .map_err(err)?;
+        if code != 200 {
+            return Err(err(format!(
+                "registering {subject} answered {code}: {text}"
+            )));
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| err(format!("registering {subject}: {e}")))?;
+        v.get("id")
+            .and_then(|i| i.as_u64())
+            .map(|i| i as u32)
+            .ok_or_else(|| err(format!("registering {subject}: no id in {text}")))
+    }
+}
+
+/// Decodes Avro input records into events.
+pub struct AvroDecoder {
+    spec: InputSpec,
+    reader: Schema,
+    plain_writer: Schema,
+    framing: Framing,
+    /// Writer schemas by id: the local map, then what the registry returned.
+    ids: HashMap<u32, Schema>,
+    registry: Option<SchemaRegistry>,
+}
+
+impl std::fmt::Debug for AvroDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AvroDecoder")
+            .field("framing", &self.framing)
+            .field("ids", &self.ids.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl AvroDecoder {
+    /// A decoder for the validated settings.
+    pub fn new(
+        spec: InputSpec,
+        avro: &AvroInputSpec,
+        registry: Option<SchemaRegistry>,
+    ) -> Result<AvroDecoder, AvroError> {
+        let reader = parse_schema("input.schema", &avro.reader)?;
+        let plain_writer = match &avro.writer {
+            Some(w) => parse_schema("input.writer_schema", w)?,
+            None => reader.clone(),
+        };
+        let mut ids = HashMap::new();
+        for (id, text) in &avro.ids {
+            ids.insert(*id, parse_schema(&format!("input.schema_ids.{id}"), text)?);
+        }
+        Ok(AvroDecoder {
+            spec,
+            reader,
+            plain_writer,
+            framing: avro.framing,
+            ids,
+            registry,
+        })
+    }
+
+    /// Makes sure the writer schema of `id` is known, asking the registry when there is one.
+    fn load_writer(&mut self, id: u32) -> Result<(), DecodeError> {
+        if !self.ids.contains_key(&id) {
+            let Some(registry) = &self.registry else {
+                return Err(DecodeError::Avro(format!("unknown schema id {id}")));
+            };
+            let text = registry
+                .schema(id)
+                .map_err(|e| DecodeError::Unavailable(e.to_string()))?
+                .ok_or_else(|| DecodeError::Avro(format!("unknown schema id {id}")))?;
+            let schema = parse_schema(&format!("registry id {id}"), &text)
+                .map_err(|e| DecodeError::Avro(e.to_string()))?;
+            self.ids.insert(id, schema);
+        }
+        Ok(())
+    }
+
+    /// Decodes a record value; `key` is the record key when the grouping key comes from it.
+    pub fn decode(&mut self, bytes: &[u8], key: Option<String>) -> Result<Event, DecodeError> {
+        let (writer, mut datum) = match self.framing {
+            Framing::Plain => (&self.plain_writer, bytes),
+            Framing::Confluent => {
+                if bytes.len() < 5 || bytes[0] != 0 {
+                    return Err(DecodeError::Avro(
+                        "not in the Confluent wire format (magic byte 0 + 4-byte schema id)".into(),
+                    ));
+                }
+                let id = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
+                self.load_writer(id)?;
+                (self.ids.get(&id).expect("loaded"), &bytes[5..])
+            }
+        };
+        let reader = GenericDatumReader::builder(writer)
+            .reader_schema(&self.reader)
+            .build()
+            .map_err(|e| DecodeError::Avro(format!("schemas do not resolve: {e}")))?;
+        let value = reader
+            .read_value(&mut datum)
+            .map_err(|e| DecodeError::Avro(format!("does not decode: {e}")))?;
+        if !datum.is_empty() {
+            return Err(DecodeError::Avro(format!(
+                "{} bytes left after the datum",
+                datum.len()
+            )));
+        }
+        self.event(&value, key)
+    }
+
+    fn event(&self, value: &Value, given_key: Option<String>) -> Result<Event, DecodeError> {
+        let key = match given_key {
+            Some(k) => k,
+            None => {
+                let name = || self.spec.key.join(".");
+                match lookup(value, &self.spec.key) {
+                    None => return Err(DecodeError::MissingField(name())),
+                    Some(Value::String(s)) | Some(Value::Enum(_, s)) => s.clone(),
+                    Some(Value::Int(i)) => i.to_string(),
+                    Some(Value::Long(i)) => i.to_string(),
+                    Some(Value::Uuid(u)) => u.to_string(),
+                    Some(other) => {
+                        return Err(DecodeError::WrongType {
+                            field: name(),
+                            expected: "a string or a number",
+                            got: format!("{other:?}"),
+                        })
+                    }
+                }
+            }
+        };
+        let field = || self.spec.timestamp.join(".");
+        let ts = match lookup(value, &self.spec.timestamp) {
+            None => return Err(DecodeError::MissingField(field())),
+            Some(Value::Long(ms))
+            | Some(Value::TimestampMillis(ms))
+            | Some(Value::LocalTimestampMillis(ms)) => *ms,
+            Some(Value::Int(ms)) => *ms as i64,
+            Some(Value::TimestampMicros(us)) | Some(Value::LocalTimestampMicros(us)) => {
+                us.div_euclid(1000)
+            }
+            Some(Value::String(s)) => chrono::DateTime::parse_from_rfc3339(s)
+                .map_err(|_| DecodeError::BadTimestamp {
+                    field: field(),
+                    value: s.clone(),
+                })?
+                .timestamp_millis(),
+            Some(other) => {
+                return Err(DecodeError::WrongType {
+                    field: field(),
+                    expected: "a long, timestamp-millis, timestamp-micros or RFC 3339 string",
+                    got: format!("{other:?}"),
+                })
+            }
+        };
+        if ts.unsigned_abs() > MAX_ABS_TIMESTAMP as u64 {
+            return Err(DecodeError::TimestampOutOfRange {
+                field: field(),
+                value: ts.to_string(),
+            });
+        }
+        let mut values = Vec::with_capacity(self.spec.fields.len());
+        for path in &self.spec.fields {
+            let v = match lookup(value, path) {
+                None => return Err(DecodeError::MissingField(path.join("."))),
+                Some(Value::Int(i)) => *i as f64,
+                Some(Value::Long(i)) => *i as f64,
+                Some(Value::Float(f)) => *f as f64,
+                Some(Value::Double(f)) => *f,
+                Some(other) => {
+                    return Err(DecodeError::WrongType {
+                        field: path.join("."),
+                        expected: "a number",
+                        got: format!("{other:?}"),
+                    })
+                }
+            };
+            values.push(v);
+        }
+        Ok(Event { key, ts, values })
+    }
+}
+
+/// A (possibly nested) field of a decoded record, looking through unions; null is absent.
+fn lookup<'a>(root: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut v = strip_union(root);
+    for seg in path {
+        let Value::Record(fields) = v else {
+            return None;
+        };
+        v = strip_union(&fields.iter().find(|(n, _)| n == seg)?.1);
+    }
+    (!matches!(v, Value::Null)).then_some(v)
+}
+
+fn strip_union(v: &Value) -> &Value {
+    match v {
+        Value::Union(_, inner) => strip_union(inner),
+        other => other,
+    }
+}
+
+/// Encodes panes and dead-letter envelopes as Avro.
+pub struct AvroEncoder {
+    pane_schema: Schema,
+    dead_letter_schema: Schema,
+    framing: Framing,
+    pane_id: u32,
+    dead_letter_id: u32,
+}
+
+impl std::fmt::Debug for AvroEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AvroEncoder")
+            .field("framing", &self.framing)
+            .field("pane_id", &self.pane_id)
+            .field("dead_letter_id", &self.dead_letter_id)
+            .finish()
+    }
+}
+
+impl AvroEncoder {
+    /// An encoder; under Confluent framing the ids are the registered ones (or the local ones).
+    pub fn new(
+        framing: Framing,
+        pane_id: u32,
+        dead_letter_id: u32,
+    ) -> Result<AvroEncoder, AvroError> {
+        Ok(AvroEncoder {
+            pane_schema: parse_schema("window_result.avsc", WINDOW_RESULT_SCHEMA)?,
+            dead_letter_schema: parse_schema("dead_letter.avsc", DEAD_LETTER_SCHEMA)?,
+            framing,
+            pane_id,
+            dead_letter_id,
+        })
+    }
+
+    fn frame(&self, schema: &Schema, id: u32, value: Value) -> Result<Vec<u8>, AvroError> {
+        let mut out = Vec::with_capacity(128);
+        if self.framing == Framing::Confluent {
+            out.push(0);
+            out.extend_from_slice(&id.to_be_bytes());
+        }
+        let writer = GenericDatumWriter::builder(schema)
+            .build()
+            .map_err(|e| AvroError::Encode(e.to_string()))?;
+        writer
+            .write_value(&mut out, value)
+            .map_err(|e| AvroError::Encode(e.to_string()))?;
+        Ok(out)
+    }
+
+    /// A pane as a `WindowResult` record.
+    pub fn pane(&self, p: &Pane, aggregations: &[AggSpec]) -> Result<Vec<u8>, AvroError> {
+        let timing = match p.timing {
+            Timing::Early => 0,
+            Timing::OnTime => 1,
+            Timing::Late => 2,
+            Timing::Retract => 3,
+        };
+        let aggregates: HashMap<String, Value> = aggregations
+            .iter()
+            .zip(&p.values)
+            .map(|(spec, v)| {
+                let v = match v {
+                    Some(x) if x.is_finite() => Value::Union(1, Box::new(Value::Double(*x))),
+                    _ => Value::Union(0, Box::new(Value::Null)),
+                };
+                (spec.name.clone(), v)
+            })
+            .collect();
+        let value = Value::Record(vec![
+            ("key".into(), Value::String(p.key.clone())),
+            (
+                "window_start".into(),
+                Value::TimestampMillis(p.window.start),
+            ),
+            ("window_end".into(), Value::TimestampMillis(p.window.end)),
+            (
+                "timing".into(),
+                Value::Enum(timing, p.timing.as_str().to_string()),
+            ),
+            ("pane_index".into(), Value::Int(p.pane_index as i32)),
+            ("dedup_id".into(), Value::String(p.dedup_id.clone())),
+            ("count".into(), Value::Long(p.count as i64)),
+            ("aggregates".into(), Value::Map(aggregates)),
+        ]);
+        self.frame(&self.pane_schema, self.pane_id, value)
+    }
+
+    /// A dead letter as a `DeadLetter` envelope holding the original key and value bytes.
+    pub fn dead_letter(
+        &self,
+        d: &DeadLetterInfo,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) -> Result<Vec<u8>, AvroError> {
+        let reason = match d.reason {
+            "late" => 0,
+            "malformed" => 1,
+            _ => 2,
+        };
+        let opt_long = |v: Option<i64>, ts: bool| match v {
+            Some(x) if ts => Value::Union(1, Box::new(Value::TimestampMillis(x))),
+            Some(x) => Value::Union(1, Box::new(Value::Long(x))),
+            None => Value::Union(0, Box::new(Value::Null)),
+        };
+        let opt_bytes = |v: Option<&[u8]>| match v {
+            Some(b) => Value::Union(1, Box::new(Value::Bytes(b.to_vec()))),
+            None => Value::Union(0, Box::new(Value::Null)),
+        };
+        let value = Value::Record(vec![
+            ("reason".into(), Value::Enum(reason, d.reason.to_string())),
+            ("detail".into(), Value::String(d.detail.clone())),
+            ("source_topic".into(), Value::String(d.topic.clone())),
+            ("source_partition".into(), Value::Int(d.partition)),
+            ("source_offset".into(), Value::Long(d.offset)),
+            ("watermark".into(), opt_long(d.watermark, true)),
+            ("late_by_ms".into(), opt_long(d.late_by_ms, false)),
+            ("key".into(), opt_bytes(key)),
+            ("value".into(), opt_bytes(value)),
+        ]);
+        self.frame(&self.dead_letter_schema, self.dead_letter_id, value)
+    }
+}
+
+/// Encodes a value with `schema` (plain, or Confluent-framed with `id`): used by `produce` and
+/// tests to write input data.
+pub fn encode_value(schema: &Schema, id: Option<u32>, value: Value) -> Result<Vec<u8>, AvroError> {
+    let mut out = Vec::new();
+    if let Some(id) = id {
+        out.push(0);
+        out.extend_from_slice(&id.to_be_bytes());
+    }
+    let writer = GenericDatumWriter::builder(schema)
+        .build()
+        .map_err(|e| AvroError::Encode(e.to_string()))?;
+    writer
+        .write_value(&mut out, value)
+        .map_err(|e| AvroError::Encode(e.to_string()))?;
+    Ok(out)
+}
+
+/// Decodes a framed value with its writer schema (no resolution): used to read output back.
+pub fn decode_value(schema: &Schema, framing: Framing, bytes: &[u8]) -> Result<Value, String> {
+    let mut datum = match framing {
+        Framing::Plain => bytes,
+        Framing::Confluent if bytes.len() >= 5 && bytes[0] == 0 => &bytes[5..],
+        Framing::Confluent => return Err("not Confluent-framed".into()),
+    };
+    GenericDatumReader::builder(schema)
+        .build()
+        .and_then(|r| r.read_value(&mut datum))
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,506 @@
+//! Avro: plain and Confluent-framed input through the pipeline's own decoder, schema evolution,
+//! every failure as a decode error (which becomes a dead letter), the Schema Registry client
+//! against a small Confluent-compatible registry served by the test, and pane and dead-letter
+//! encodings read back with `schemas/*.avsc`.
+
+use apache_avro::types::Value;
+use apache_avro::Schema;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use tidemark::avro::{
+    decode_value, encode_value, parse_schema, AvroEncoder, Framing, SchemaRegistry,
+    DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHEMA,
+};
+use tidemark::config::{parse_raw, ConfigError, PipelineSpec};
+use tidemark::record::{DecodeError, Decoder};
+use tidemark::sink::kafka::DeadLetterInfo;
+use tidemark::windowing::assigner::Window;
+use tidemark::windowing::engine::Pane;
+use tidemark::windowing::trigger::Timing;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn schema_file(name: &str) -> Schema {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("schemas").join(name)).unwrap();
+    parse_schema(name, &text).unwrap()
+}
+
+/// A pipeline over clickstream events; `input_extra` and `top_extra` add settings.
+fn spec(input_extra: &str, top_extra: &str) -> Result<PipelineSpec, ConfigError> {
+    let text = format!(
+        r#"
+name = "avro"
+{top_extra}
+[input]
+format = "avro"
+schema = "schemas/clickstream.avsc"
+key = "user_id"
+timestamp = "ts"
+{input_extra}
+[window]
+type = "tumbling"
+size = "1m"
+[[aggregations]]
+name = "revenue"
+op = "sum"
+field = "price"
+"#
+    );
+    let mut raw = parse_raw(&text, std::iter::empty())?;
+    raw.base_dir = Some(ROOT.into());
+    raw.validate().map(|(s, _)| s)
+}
+
+fn click(user: &str, ts: i64, price: f64) -> Value {
+    Value::Record(vec![
+        ("user_id".into(), Value::String(user.into())),
+        ("ts".into(), Value::TimestampMillis(ts)),
+        ("page".into(), Value::String("/cart".into())),
+        ("price".into(), Value::Double(price)),
+    ])
+}
+
+#[test]
+fn plain_avro_decodes_with_the_reader_schema() {
+    let spec = spec("", "").unwrap();
+    let mut d = Decoder::for_spec(&spec, None).unwrap();
+    let bytes = encode_value(
+        &schema_file("clickstream.avsc"),
+        None,
+        click("u1", 1_000, 2.5),
+    )
+    .unwrap();
+    let e = d.decode_keyed(&bytes, "u1".into()).unwrap();
+    assert_eq!(
+        (e.key.as_str(), e.ts, e.values.clone()),
+        ("u1", 1_000, vec![2.5])
+    );
+}
+
+#[test]
+fn confluent_framing_resolves_local_ids_and_evolves_both_ways() {
+    // Id 1: an older writer without `price` (the reader's default 0.0 applies). Id 2: a newer
+    // writer with an extra optional field (ignored by the reader). Id 3: the reader schema.
+    let old = r#"{"type":"record","name":"Click","namespace":"io.tidemark.demo","fields":[
+        {"name":"user_id","type":"string"},
+        {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},
+        {"name":"page","type":"string"}]}"#;
+    let new = r#"{"type":"record","name":"Click","namespace":"io.tidemark.demo","fields":[
+        {"name":"user_id","type":"string"},
+        {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},
+        {"name":"page","type":"string"},
+        {"name":"price","type":"double","default":0.0},
+        {"name":"referrer","type":["null","string"],"default":null}]}"#;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("old.avsc"), old).unwrap();
+    std::fs::write(dir.path().join("new.avsc"), new).unwrap();
+    let extra = format!(
+        "framing = \"confluent\"\n[input.schema_ids]\n1 = \"{}\"\n2 = \"{}\"\n3 = \"schemas/clickstream.avsc\"",
+        dir.path().join("old.avsc").display(),
+        dir.path().join("new.avsc").display()
+    );
+    let spec = spec(&extra, "").unwrap();
+    let mut d = Decoder::for_spec(&spec, None).unwrap();
+
+    let old_value = Value::Record(vec![
+        ("user_id".into(), Value::String("u".into())),
+        ("ts".into(), Value::TimestampMillis(5)),
+        ("page".into(), Value::String("/".into())),
+    ]);
+    let b = encode_value(&parse_schema("old", old).unwrap(), Some(1), old_value).unwrap();
+    assert_eq!(&b[..5], &[0, 0, 0, 0, 1], "magic byte and big-endian id");
+    let e = d.decode_keyed(&b, "u".into()).unwrap();
+    assert_eq!((e.ts, e.values.clone()), (5, vec![0.0]));
+
+    let new_value = Value::Record(vec![
+        ("user_id".into(), Value::String("u".into())),
+        ("ts".into(), Value::TimestampMillis(6)),
+        ("page".into(), Value::String("/".into())),
+        ("price".into(), Value::Double(4.0)),
+        (
+            "referrer".into(),
+            Value::Union(1, Box::new(Value::String("ad".into()))),
+        ),
+    ]);
+    let b = encode_value(&parse_schema("new", new).unwrap(), Some(2), new_value).unwrap();
+    let e = d.decode_keyed(&b, "u".into()).unwrap();
+    assert_eq!((e.ts, e.values.clone()), (6, vec![4.0]));
+
+    let b = encode_value(
+        &schema_file("clickstream.avsc"),
+        Some(3),
+        click("u", 7, 1.0),
+    )
+    .unwrap();
+    assert_eq!(d.decode_keyed(&b, "u".into()).unwrap().ts, 7);
+
+    // Failures are decode errors, never panics: unknown id, no magic byte, truncated datum,
+    // trailing garbage, plain bytes where framing is expected.
+    let unknown = encode_value(
+        &schema_file("clickstream.avsc"),
+        Some(99),
+        click("u", 1, 1.0),
+    )
+    .unwrap();
+    let err = d.decode_keyed(&unknown, "u".into()).unwrap_err();
+    assert!(
+        matches!(&err, DecodeError::Avro(m) if m.contains("unknown schema id 99")),
+        "{err}"
+    );
+    let mut no_magic = b.clone();
+    no_magic[0] = 1;
+    assert!(matches!(
+        d.decode_keyed(&no_magic, "u".into()),
+        Err(DecodeError::Avro(_))
+    ));
+    assert!(matches!(
+        d.decode_keyed(&b[..b.len() - 3], "u".into()),
+        Err(DecodeError::Avro(_))
+    ));
+    let mut trailing = b.clone();
+    trailing.extend_from_slice(b"xx");
+    assert!(matches!(
+        d.decode_keyed(&trailing, "u".into()),
+        Err(DecodeError::Avro(_))
+    ));
+    assert!(matches!(
+        d.decode_keyed(b"{}", "u".into()),
+        Err(DecodeError::Avro(_))
+    ));
+}
+
+#[test]
+fn a_missing_value_and_undecodable_bytes_are_errors() {
+    // The reader makes `price` nullable; a record whose price is null cannot be summed.
+    let nullable = r#"{"type":"record","name":"Click","namespace":"io.tidemark.demo","fields":[
+        {"name":"user_id","type":"string"},
+        {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},
+        {"name":"price","type":["null","double"],"default":null}]}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nullable.avsc");
+    std::fs::write(&path, nullable).unwrap();
+    let extra = format!("writer_schema = \"{}\"", path.display());
+    let text = format!(
+        "name = \"n\"\n[input]\nformat = \"avro\"\nschema = \"{}\"\nkey = \"user_id\"\ntimestamp = \"ts\"\n{extra}\n[window]\ntype = \"tumbling\"\nsize = \"1m\"\n[[aggregations]]\nname = \"s\"\nop = \"sum\"\nfield = \"price\"\n",
+        path.display()
+    );
+    let spec = parse_raw(&text, std::iter::empty())
+        .unwrap()
+        .validate()
+        .unwrap()
+        .0;
+    let mut d = Decoder::for_spec(&spec, None).unwrap();
+    let schema = parse_schema("n", nullable).unwrap();
+    let v = Value::Record(vec![
+        ("user_id".into(), Value::String("u".into())),
+        ("ts".into(), Value::TimestampMillis(1)),
+        ("price".into(), Value::Union(0, Box::new(Value::Null))),
+    ]);
+    let b = encode_value(&schema, None, v).unwrap();
+    assert_eq!(
+        d.decode_keyed(&b, "u".into()).unwrap_err(),
+        DecodeError::MissingField("price".into())
+    );
+    for junk in [
+        &b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"[..],
+        b"",
+        b"\x02",
+    ] {
+        assert!(d.decode_keyed(junk, "u".into()).is_err());
+    }
+}
+
+#[test]
+fn timestamp_micros_become_milliseconds() {
+    let text = format!(
+        "name = \"s\"\n[input]\nformat = \"avro\"\nschema = \"{ROOT}/schemas/sensor_reading.avsc\"\nkey = \"sensor_id\"\ntimestamp = \"ts\"\n[window]\ntype = \"tumbling\"\nsize = \"1m\"\n[[aggregations]]\nname = \"t\"\nop = \"mean\"\nfield = \"temperature\"\n"
+    );
+    let spec = parse_raw(&text, std::iter::empty())
+        .unwrap()
+        .validate()
+        .unwrap()
+        .0;
+    let mut d = Decoder::for_spec(&spec, None).unwrap();
+    let v = Value::Record(vec![
+        ("sensor_id".into(), Value::String("s1".into())),
+        ("ts".into(), Value::TimestampMicros(1_500_999)),
+        ("temperature".into(), Value::Double(21.5)),
+        ("humidity".into(), Value::Union(0, Box::new(Value::Null))),
+    ]);
+    let b = encode_value(&schema_file("sensor_reading.avsc"), None, v).unwrap();
+    let e = d.decode_keyed(&b, "s1".into()).unwrap();
+    assert_eq!((e.ts, e.values), (1_500, vec![21.5]));
+}
+
+#[test]
+fn avro_config_problems_are_all_listed() {
+    let err = spec(
+        "framing = \"zip\"\nwriter_schema = \"schemas/nope.avsc\"",
+        "[output]\nformat = \"avro\"\nframing = \"confluent\"",
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    for needle in ["input.framing", "input.writer_schema", "output.framing"] {
+        assert!(text.contains(needle), "{needle} missing from: {text}");
+    }
+    // Field paths are checked against the reader schema.
+    let text = concat!(
+        "name = \"x\"\n[input]\nformat = \"avro\"\nschema = \"schemas/clickstream.avsc\"\nkey = \"user\"\ntimestamp = \"price\"\n[window]\ntype = \"tumbling\"\nsize = \"1m\"\n[[aggregations]]\nname = \"s\"\nop = \"sum\"\nfield = \"page\"\n"
+    );
+    let mut raw = parse_raw(&text, std::iter::empty()).unwrap();
+    raw.base_dir = Some(ROOT.into());
+    let msg = raw.validate().unwrap_err().to_string();
+    assert!(msg.contains("\"user\" is not a field"), "{msg}");
+    assert!(
+        msg.contains("input.timestamp \"price\" has an unusable type"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("aggregation field \"page\" has an unusable type"),
+        "{msg}"
+    );
+    // Confluent framing without any way to resolve ids.
+    let msg = spec("framing = \"confluent\"", "").unwrap_err().to_string();
+    assert!(msg.contains("needs [schema_registry] url"), "{msg}");
+}
+
+/// A Confluent-compatible registry: GET /subjects, GET /schemas/ids/{id}, POST
+/// /subjects/{s}/versions (same schema text → same id).
+struct FakeRegistry {
+    url: String,
+    schemas: Arc<Mutex<Vec<String>>>,
+    /// When set, connections are closed without an answer.
+    down: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FakeRegistry {
+    fn start(initial: Vec<String>) -> FakeRegistry {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let schemas = Arc::new(Mutex::new(initial));
+        let shared = schemas.clone();
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let is_down = down.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                if is_down.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue;
+                }
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                let mut len = 0;
+                loop {
+                    let mut h = String::new();
+                    reader.read_line(&mut h).unwrap();
+                    if h.trim().is_empty() {
+                        break;
+                    }
+                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap();
+                    }
+                }
+                let mut body = vec![0; len];
+                reader.read_exact(&mut body).unwrap();
+                let parts: Vec<&str> = line.split_whitespace().collect();
+                let (code, out) = match (parts[0], parts[1]) {
+                    ("GET", "/subjects") => (200, "[]".to_string()),
+                    ("GET", p) if p.starts_with("/schemas/ids/") => {
+                        let id: usize = p["/schemas/ids/".len()..].parse().unwrap();
+                        match shared.lock().unwrap().get(id.wrapping_sub(1)) {
+                            Some(s) => (200, serde_json::json!({ "schema": s }).to_string()),
+                            None => (404, r#"{"error_code":40403}"#.to_string()),
+                        }
+                    }
+                    ("POST", p) if p.starts_with("/subjects/") => {
+                        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                        let s = v["schema"].as_str().unwrap().to_string();
+                        let mut all = shared.lock().unwrap();
+                        let id = match all.iter().position(|x| *x == s) {
+                            Some(i) => i + 1,
+                            None => {
+                                all.push(s);
+                                all.len()
+                            }
+                        };
+                        (200, format!("{{\"id\":{id}}}"))
+                    }
+                    _ => (404, "{}".to_string()),
+                };
+                let mut w = stream;
+                let _ = write!(
+                    w,
+                    "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{out}",
+                    out.len()
+                );
+            }
+        });
+        FakeRegistry { url, schemas, down }
+    }
+}
+
+#[test]
+fn registry_ids_resolve_and_register_and_a_dead_registry_fails_at_start() {
+    let click_text =
+        std::fs::read_to_string(Path::new(ROOT).join("schemas/clickstream.avsc")).unwrap();
+    let reg = FakeRegistry::start(vec![click_text]);
+    let client = SchemaRegistry::connect(&reg.url).unwrap();
+    assert!(client.schema(1).unwrap().is_some());
+    assert!(client.schema(42).unwrap().is_none());
+    let id = client
+        .register("panes-value", WINDOW_RESULT_SCHEMA)
+        .unwrap();
+    assert_eq!(id, 2);
+    assert_eq!(
+        client
+            .register("panes-value", WINDOW_RESULT_SCHEMA)
+            .unwrap(),
+        2
+    );
+    assert_eq!(reg.schemas.lock().unwrap().len(), 2);
+
+    let spec = spec(
+        "framing = \"confluent\"",
+        &format!("[schema_registry]\nurl = \"{}\"", reg.url),
+    )
+    .unwrap();
+    let mut d = Decoder::for_spec(&spec, Some(client)).unwrap();
+    let b = encode_value(
+        &schema_file("clickstream.avsc"),
+        Some(1),
+        click("u", 9, 3.0),
+    )
+    .unwrap();
+    assert_eq!(d.decode_keyed(&b, "u".into()).unwrap().values, vec![3.0]);
+    let unknown = encode_value(
+        &schema_file("clickstream.avsc"),
+        Some(77),
+        click("u", 9, 3.0),
+    )
+    .unwrap();
+    assert!(matches!(
+        d.decode_keyed(&unknown, "u".into()),
+        Err(DecodeError::Avro(m)) if m.contains("unknown schema id 77")
+    ));
+
+    // The registry goes away: a cached id still decodes; an id not cached yet is `Unavailable`
+    // (the transaction is retried), not a dead letter.
+    reg.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(d.decode_keyed(&b, "u".into()).is_ok());
+    let b2 = encode_value(
+        &schema_file("clickstream.avsc"),
+        Some(2),
+        click("u", 9, 3.0),
+    )
+    .unwrap();
+    assert!(matches!(
+        d.decode_keyed(&b2, "u".into()),
+        Err(DecodeError::Unavailable(_))
+    ));
+
+    // Nothing listens here: a clear error at start.
+    let dead = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let err = SchemaRegistry::connect(&dead).unwrap_err().to_string();
+    assert!(err.contains("schema registry"), "{err}");
+}
+
+fn pane(timing: Timing, values: Vec<Option<f64>>) -> Pane {
+    Pane {
+        key: "user-1".into(),
+        window: Window {
+            start: 60_000,
+            end: 120_000,
+        },
+        timing,
+        pane_index: 2,
+        dedup_id: "abc".into(),
+        count: 3,
+        values,
+    }
+}
+
+#[test]
+fn panes_and_dead_letters_read_back_with_the_published_schemas() {
+    let spec = spec("", "").unwrap();
+    let window_result = schema_file("window_result.avsc");
+    let dead_letter = schema_file("dead_letter.avsc");
+    assert_eq!(
+        parse_schema("w", WINDOW_RESULT_SCHEMA).unwrap(),
+        window_result
+    );
+    assert_eq!(parse_schema("d", DEAD_LETTER_SCHEMA).unwrap(), dead_letter);
+    for (framing, id) in [(Framing::Plain, 0), (Framing::Confluent, 12)] {
+        let enc = AvroEncoder::new(framing, id, id + 1).unwrap();
+        let b = enc
+            .pane(&pane(Timing::Late, vec![Some(7.5)]), &spec.aggregations)
+            .unwrap();
+        if framing == Framing::Confluent {
+            assert_eq!(&b[..5], &[0, 0, 0, 0, 12]);
+        }
+        let Value::Record(fields) = decode_value(&window_result, framing, &b).unwrap() else {
+            panic!("not a record")
+        };
+        let f: HashMap<String, Value> = fields.into_iter().collect();
+        assert_eq!(f["key"], Value::String("user-1".into()));
+        assert_eq!(f["window_start"], Value::TimestampMillis(60_000));
+        assert_eq!(f["window_end"], Value::TimestampMillis(120_000));
+        assert_eq!(f["timing"], Value::Enum(2, "LATE".into()));
+        assert_eq!(f["pane_index"], Value::Int(2));
+        assert_eq!(f["dedup_id"], Value::String("abc".into()));
+        assert_eq!(f["count"], Value::Long(3));
+        let Value::Map(aggs) = &f["aggregates"] else {
+            panic!("aggregates")
+        };
+        assert_eq!(
+            aggs["revenue"],
+            Value::Union(1, Box::new(Value::Double(7.5)))
+        );
+
+        let info = DeadLetterInfo {
+            reason: "malformed",
+            topic: "clicks".into(),
+            partition: 2,
+            offset: 41,
+            watermark: Some(1_000),
+            late_by_ms: None,
+            detail: "avro: unknown schema id 9".into(),
+        };
+        let b = enc
+            .dead_letter(&info, Some(b"k"), Some(b"\x00\x00\x00\x00\x09junk"))
+            .unwrap();
+        let Value::Record(fields) = decode_value(&dead_letter, framing, &b).unwrap() else {
+            panic!("not a record")
+        };
+        let f: HashMap<String, Value> = fields.into_iter().collect();
+        assert_eq!(f["reason"], Value::Enum(1, "malformed".into()));
+        assert_eq!(f["source_offset"], Value::Long(41));
+        assert_eq!(
+            f["value"],
+            Value::Union(
+                1,
+                Box::new(Value::Bytes(b"\x00\x00\x00\x00\x09junk".to_vec()))
+            ),
+            "the original bytes are kept untouched"
+        );
+        assert_eq!(f["late_by_ms"], Value::Union(0, Box::new(Value::Null)));
+    }
+    // An empty mean is null, not NaN.
+    let enc = AvroEncoder::new(Framing::Plain, 0, 0).unwrap();
+    let b = enc
+        .pane(&pane(Timing::OnTime, vec![None]), &spec.aggregations)
+        .unwrap();
+    let Value::Record(fields) = decode_value(&window_result, Framing::Plain, &b).unwrap() else {
+        panic!()
+    };
+    let f: HashMap<String, Value> = fields.into_iter().collect();
+    let Value::Map(aggs) = &f["aggregates"] else {
+        panic!()
+    };
+    assert_eq!(aggs["revenue"], Value::Union(0, Box::new(Value::Null)));
+}
