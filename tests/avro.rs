@@ -247,10 +247,8 @@ fn avro_config_problems_are_all_listed() {
         assert!(text.contains(needle), "{needle} missing from: {text}");
     }
     // Field paths are checked against the reader schema.
-    let text = concat!(
-        "name = \"x\"\n[input]\nformat = \"avro\"\nschema = \"schemas/clickstream.avsc\"\nkey = \"user\"\ntimestamp = \"price\"\n[window]\ntype = \"tumbling\"\nsize = \"1m\"\n[[aggregations]]\nname = \"s\"\nop = \"sum\"\nfield = \"page\"\n"
-    );
-    let mut raw = parse_raw(&text, std::iter::empty()).unwrap();
+    let text = "name = \"x\"\n[input]\nformat = \"avro\"\nschema = \"schemas/clickstream.avsc\"\nkey = \"user\"\ntimestamp = \"price\"\n[window]\ntype = \"tumbling\"\nsize = \"1m\"\n[[aggregations]]\nname = \"s\"\nop = \"sum\"\nfield = \"page\"\n";
+    let mut raw = parse_raw(text, std::iter::empty()).unwrap();
     raw.base_dir = Some(ROOT.into());
     let msg = raw.validate().unwrap_err().to_string();
     assert!(msg.contains("\"user\" is not a field"), "{msg}");
