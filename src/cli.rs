@@ -103,6 +103,15 @@ pub enum Command {
         /// Share of malformed records, 0..1.
         #[arg(long, default_value_t = 0.0)]
         malformed_share: f64,
+        /// What the events describe.
+        #[arg(long, value_enum, default_value_t = produce::Kind::Clickstream)]
+        kind: produce::Kind,
+        /// Encoding: json, avro (plain binary) or avro-confluent (needs --schema-id).
+        #[arg(long, default_value = "json")]
+        format: String,
+        /// Schema id written in Confluent-framed records.
+        #[arg(long)]
+        schema_id: Option<u32>,
     },
     /// Read a topic's raw log, resolve its transactions, and check panes for duplicates and gaps.
     Audit {
@@ -263,7 +272,24 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             disorder_ms,
             late_share,
             malformed_share,
+            kind,
+            format,
+            schema_id,
         } => {
+            let format = match (format.as_str(), schema_id) {
+                ("json", None) => produce::Format::Json,
+                ("avro", None) => produce::Format::Avro,
+                ("avro-confluent", Some(id)) => produce::Format::AvroConfluent(id),
+                ("avro-confluent", None) => {
+                    anyhow::bail!("--format avro-confluent needs --schema-id")
+                }
+                ("json" | "avro", Some(_)) => {
+                    anyhow::bail!("--schema-id applies to --format avro-confluent only")
+                }
+                (other, _) => {
+                    anyhow::bail!("unknown --format {other:?}: json, avro or avro-confluent")
+                }
+            };
             let sent = produce::run(&produce::ProduceOptions {
                 bootstrap_servers,
                 topic: topic.clone(),
@@ -274,6 +300,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 disorder_ms,
                 late_share,
                 malformed_share,
+                kind,
+                format,
             })?;
             eprintln!("produce: {sent} events to {topic}");
             Ok(0)
