@@ -113,6 +113,13 @@ pub enum Command {
         #[arg(long)]
         schema_id: Option<u32>,
     },
+    /// GET an http:// URL and exit 0 on status 200 (a container health check: the runtime image
+    /// has no curl).
+    Probe {
+        /// For example `http://127.0.0.1:9464/readyz`.
+        #[arg(long)]
+        url: String,
+    },
     /// Read a topic's raw log, resolve its transactions, and check panes for duplicates and gaps.
     Audit {
         /// Bootstrap servers.
@@ -306,6 +313,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             eprintln!("produce: {sent} events to {topic}");
             Ok(0)
         }
+        Command::Probe { url } => Ok(probe(&url)?),
         Command::Audit {
             bootstrap_servers,
             topic,
@@ -343,6 +351,37 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 eprintln!("  duplicate: dedup_id {id} pane {idx} committed {n} times");
             }
             Ok(if report.duplicates.is_empty() { 0 } else { 3 })
+        }
+    }
+}
+
+/// GETs `url` (http:// only); exit status 0 when it answers 200, 1 otherwise.
+fn probe(url: &str) -> anyhow::Result<i32> {
+    use std::io::Read;
+    let rest = url
+        .strip_prefix("http://")
+        .context("only http:// URLs are supported")?;
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let answer = (|| -> std::io::Result<String> {
+        let mut s = std::net::TcpStream::connect(host)?;
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+        write!(
+            s,
+            "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        Ok(text)
+    })();
+    match answer {
+        Ok(text) if text.split_whitespace().nth(1) == Some("200") => Ok(0),
+        Ok(text) => {
+            eprintln!("{url}: {}", text.lines().next().unwrap_or("no answer"));
+            Ok(1)
+        }
+        Err(e) => {
+            eprintln!("{url}: {e}");
+            Ok(1)
         }
     }
 }

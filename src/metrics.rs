@@ -56,6 +56,28 @@ pub const ASSIGNED_PARTITIONS: &str = "tidemark_assigned_partitions";
 /// Records between the consumer's position and the partition's end; label `partition`.
 pub const CONSUMER_LAG: &str = "tidemark_consumer_lag_records";
 
+/// Every metric name above, for checks of dashboards and alert rules.
+pub const ALL: &[&str] = &[
+    RECORDS_IN,
+    RECORDS_OUT,
+    PANES,
+    DEAD_LETTERS,
+    WATERMARK,
+    WATERMARK_LAG,
+    LATENESS,
+    OPEN_WINDOWS,
+    STATE_ENTRIES,
+    STATE_SIZE,
+    COMMIT_DURATION,
+    PANE_LATENCY,
+    TRANSACTIONS,
+    RESTORE_RECORDS,
+    RESTORE_DURATION,
+    REBALANCES,
+    ASSIGNED_PARTITIONS,
+    CONSUMER_LAG,
+];
+
 /// Histogram buckets in seconds, shared by every histogram: fine around the commit interval
 /// (latency, commit duration), coarse up to an hour (lateness, restores).
 pub const BUCKETS: &[f64] = &[
