@@ -883,12 +883,28 @@ fn ensure_topics(k: &KafkaSpec) -> Result<i32, RunError> {
         .create()
         .map_err(|e| RunError::Startup(format!("creating an admin client: {e}")))?;
     let out_parts = k.output_partitions.unwrap_or(partitions);
-    let topics = [
+    // Only missing topics are created: a cluster where they all exist needs no admin rights (and
+    // librdkafka's mock cluster, used by the fault-injection tests, has no CreateTopics).
+    let meta = probe
+        .fetch_metadata(None, Duration::from_secs(10))
+        .map_err(|e| RunError::Startup(format!("reading cluster metadata: {e}")))?;
+    let exists = |name: &str| {
+        meta.topics()
+            .iter()
+            .any(|t| t.name() == name && t.error().is_none() && !t.partitions().is_empty())
+    };
+    let topics: Vec<NewTopic<'_>> = [
         NewTopic::new(&k.output_topic, out_parts, TopicReplication::Fixed(1)),
         NewTopic::new(&k.dead_letter_topic, out_parts, TopicReplication::Fixed(1)),
         NewTopic::new(&k.changelog_topic, partitions, TopicReplication::Fixed(1))
             .set("cleanup.policy", "compact"),
-    ];
+    ]
+    .into_iter()
+    .filter(|t| !exists(t.name))
+    .collect();
+    if topics.is_empty() {
+        return Ok(partitions);
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
