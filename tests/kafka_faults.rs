@@ -25,6 +25,9 @@ use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 3;
 
+/// Injects one fault into the mock cluster.
+type Injection<'a> = Box<dyn Fn() + 'a>;
+
 /// Every record of `topic` (read_uncommitted, from the beginning): (headers, value).
 fn all_records(bootstrap: &str, topic: &str) -> Vec<(BTreeMap<String, String>, Vec<u8>)> {
     let c: BaseConsumer = ClientConfig::new()
@@ -106,7 +109,7 @@ fn injected_faults_never_lose_or_change_a_result() {
     let child = common::start_member(&cfg);
     // Input arrives in batches over ~6 s while faults are injected, one kind at a time.
     let producer = scenario.produce(&bootstrap, 300, Duration::from_millis(400));
-    let faults: Vec<(&str, Box<dyn Fn()>)> = vec![
+    let faults: Vec<(&str, Injection)> = vec![
         (
             "produce: not leader (retriable)",
             Box::new(|| {
