@@ -261,10 +261,13 @@ def main():
     within = dict(live).get(0.35, float("nan"))
 
     print()
-    print(f"{'run':34} {'records':>9} {'seconds':>8} {'records/s':>10} {'cpu member':>11} {'cpu broker':>11} {'peak RSS':>9}")
+    print(f"{'run':34} {'records':>9} {'seconds':>8} {'records/s':>10} {'cpu member':>11} {'cpu broker':>11} {'peak RSS':>9} {'txns':>6} {'commit ms':>10}")
     for r in results:
+        m = r["metrics"]
+        txns = m.get('tidemark_transactions_total{outcome="committed"}', 0)
+        commit_ms = 1000 * m.get("tidemark_commit_duration_seconds_sum", 0) / max(m.get("tidemark_commit_duration_seconds_count", 1), 1)
         print(f"{r['label']:34} {r['records']:>9.0f} {r['seconds']:>8.2f} {r['rate']:>10.0f} "
-              f"{r['cpu_member'] * 100:>10.0f}% {r['cpu_broker'] * 100:>10.0f}% {r['rss_mb']:>7.0f} MB")
+              f"{r['cpu_member'] * 100:>10.0f}% {r['cpu_broker'] * 100:>10.0f}% {r['rss_mb']:>6.0f} MB {txns:>6.0f} {commit_ms:>10.1f}")
     ratio = results[1]["rate"] / results[0]["rate"]
     print(f"\n(a)/(b) throughput: {ratio * 100:.0f}% (target >= 60%)")
     print(f"live phase: {LIVE_EVENTS} events at {LIVE_RATE}/s, {panes:.0f} panes committed")
