@@ -26,6 +26,8 @@ echo "== broker on $broker"
 export TIDEMARK__KAFKA__BOOTSTRAP_SERVERS="$broker"
 export TIDEMARK_BOOTSTRAP_SERVERS="$broker"
 rm -rf target/demo-state
+metrics_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+export TIDEMARK__METRICS__ADDRESS="127.0.0.1:$metrics_port"
 
 "$bin" produce --topic clicks --partitions 3 --events 1 --rate 0 >/dev/null 2>&1
 TIDEMARK_LOG=warn "$bin" run --config examples/clicks/kafka-demo.toml &
@@ -50,6 +52,15 @@ echo "== window results as they commit (key, window, timing, pane, counts)"
 while kill -0 "$producer_pid" 2>/dev/null; do sleep 2; print_new; done
 sleep 8
 print_new
+echo "== a few of tidemark's metrics (http://127.0.0.1:$metrics_port/metrics)"
+python3 - "$metrics_port" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics").read().decode()
+for line in text.splitlines():
+    if line.startswith(("tidemark_records_in_total", "tidemark_panes_total", "tidemark_dead_letters_total",
+                        "tidemark_watermark_lag_seconds", "tidemark_transactions_total")):
+        print("  " + line)
+PY
 kill "$run_pid"; wait "$run_pid" || true; run_pid=""
 echo "== audit of the output topic (exit status 0 = no duplicates)"
 "$bin" audit --topic clicks-per-5s
