@@ -69,6 +69,66 @@ fn all_records(bootstrap: &str, topic: &str) -> Vec<(BTreeMap<String, String>, V
     out
 }
 
+/// Produces input records, failing the test if any is not delivered.
+struct InputProducer(rdkafka::producer::BaseProducer<Failures>);
+
+struct Failures(std::sync::atomic::AtomicUsize);
+
+impl rdkafka::ClientContext for Failures {}
+
+impl rdkafka::producer::ProducerContext for Failures {
+    type DeliveryOpaque = ();
+    fn delivery(&self, r: &rdkafka::producer::DeliveryResult<'_>, _: ()) {
+        if r.is_err() {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+impl InputProducer {
+    fn new(bootstrap: &str) -> InputProducer {
+        let p = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("enable.idempotence", "true")
+            .create_with_context(Failures(Default::default()))
+            .unwrap();
+        InputProducer(p)
+    }
+
+    fn send(&self, records: &[(i32, String, String)]) {
+        use rdkafka::producer::{BaseRecord, Producer};
+        for (p, k, v) in records {
+            self.0
+                .send(BaseRecord::to("events").partition(*p).key(k).payload(v))
+                .unwrap();
+        }
+        self.0.flush(Duration::from_secs(30)).unwrap();
+        let failed = self.0.context().0.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(failed, 0, "input records were not delivered");
+    }
+}
+
+fn wait_ready(port: u16) {
+    use std::io::{Read, Write};
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = std::net::TcpStream::connect(("127.0.0.1", port))
+            .ok()
+            .and_then(|mut s| {
+                write!(s, "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+                let mut text = String::new();
+                s.read_to_string(&mut text).ok()?;
+                Some(text.starts_with("HTTP/1.1 200"))
+            })
+            .unwrap_or(false);
+        if ready {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the member never became ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn scrape_aborted(port: u16) -> Option<f64> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -107,8 +167,7 @@ fn injected_faults_never_lose_or_change_a_result() {
     let scenario = common::Scenario::generate_for(&text, PARTITIONS, 4_000, 7);
 
     let child = common::start_member(&cfg);
-    // Input arrives in batches over ~6 s while faults are injected, one kind at a time.
-    let producer = scenario.produce(&bootstrap, 300, Duration::from_millis(400));
+    wait_ready(port);
     let faults: Vec<(&str, Injection)> = vec![
         (
             "produce: not leader (retriable)",
@@ -176,13 +235,21 @@ fn injected_faults_never_lose_or_change_a_result() {
             }),
         ),
     ];
-    std::thread::sleep(Duration::from_millis(1500));
-    for (what, inject) in &faults {
-        eprintln!("injecting: {what}");
-        inject();
+    // Input arrives in batches; after each batch (flushed, so the test's own producer is idle and
+    // the injected errors hit the member's requests, not the input) one fault is injected while
+    // the member works on that batch. Injected Produce errors would otherwise be able to fail the
+    // test's input records, which changes the input, not the processor.
+    let input = InputProducer::new(&bootstrap);
+    let chunks: Vec<_> = scenario.records.chunks(400).collect();
+    for (i, chunk) in chunks.iter().enumerate() {
+        input.send(chunk);
+        if let Some((what, inject)) = faults.get(i) {
+            eprintln!("injecting: {what}");
+            inject();
+        }
         std::thread::sleep(Duration::from_millis(700));
     }
-    producer.join().unwrap();
+    assert!(chunks.len() > faults.len(), "every fault meets work");
 
     // Wait until every expected pane and dead letter is in the log (copies allowed, see above).
     let expected: BTreeSet<String> = scenario.expected.iter().cloned().collect();

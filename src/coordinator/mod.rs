@@ -345,6 +345,15 @@ impl Core {
         let Some(part) = self.parts.get_mut(&p) else {
             return Ok(()); // not (or no longer) ours
         };
+        if offset != part.next_offset {
+            // Transaction markers take offsets, so small jumps are normal; going back is not.
+            tracing::debug!(
+                partition = p,
+                expected = part.next_offset,
+                got = offset,
+                "offset jump"
+            );
+        }
         if self.mode == Mode::Passthrough {
             let mut record = BaseRecord::with_opaque_to(&self.k.output_topic, 0usize);
             if let Some(k) = msg.key() {
@@ -604,6 +613,7 @@ impl Core {
                 .map_err(|e| CycleError::Fatal(format!("writing local state: {e}")))?;
             part.committed_offset = part.next_offset;
             part.committed_tracker = part.tracker.clone();
+            tracing::debug!(partition = p, offset = part.next_offset, "committed");
         }
         self.batch_records = 0;
         self.dirty = false;
@@ -653,6 +663,11 @@ impl Core {
             part.tracker = part.committed_tracker.clone();
             part.next_offset = part.committed_offset;
             part.batch_in = 0;
+            tracing::info!(
+                partition = p,
+                offset = part.committed_offset,
+                "rewound to the committed offset"
+            );
             consumer
                 .seek(
                     &self.k.input_topic,
