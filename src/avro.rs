@@ -431,12 +431,7 @@ impl AvroDecoder {
             Some(Value::TimestampMicros(us)) | Some(Value::LocalTimestampMicros(us)) => {
                 us.div_euclid(1000)
             }
-            Some(Value::String(s)) => chrono::DateTime::parse_from_rfc3339(s)
-                .map_err(|_| DecodeError::BadTimestamp {
-                    field: field(),
-                    value: s.clone(),
-                })?
-                .timestamp_millis(),
+            Some(Value::String(s)) => crate::record::parse_rfc3339(&field(), s)?,
             Some(other) => {
                 return Err(DecodeError::WrongType {
                     field: field(),
@@ -528,18 +523,8 @@ impl AvroEncoder {
     }
 
     fn frame(&self, schema: &Schema, id: u32, value: Value) -> Result<Vec<u8>, AvroError> {
-        let mut out = Vec::with_capacity(128);
-        if self.framing == Framing::Confluent {
-            out.push(0);
-            out.extend_from_slice(&id.to_be_bytes());
-        }
-        let writer = GenericDatumWriter::builder(schema)
-            .build()
-            .map_err(|e| AvroError::Encode(e.to_string()))?;
-        writer
-            .write_value(&mut out, value)
-            .map_err(|e| AvroError::Encode(e.to_string()))?;
-        Ok(out)
+        let id = (self.framing == Framing::Confluent).then_some(id);
+        encode_value(schema, id, value)
     }
 
     /// A pane as a `WindowResult` record.
@@ -619,7 +604,7 @@ impl AvroEncoder {
 /// Encodes a value with `schema` (plain, or Confluent-framed with `id`): used by `produce` and
 /// tests to write input data.
 pub fn encode_value(schema: &Schema, id: Option<u32>, value: Value) -> Result<Vec<u8>, AvroError> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(128);
     if let Some(id) = id {
         out.push(0);
         out.extend_from_slice(&id.to_be_bytes());

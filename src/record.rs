@@ -63,6 +63,16 @@ pub enum DecodeError {
     },
 }
 
+/// Parses an RFC 3339 timestamp into epoch milliseconds; `field` names it in the error.
+pub(crate) fn parse_rfc3339(field: &str, s: &str) -> Result<i64, DecodeError> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.timestamp_millis())
+        .map_err(|_| DecodeError::BadTimestamp {
+            field: field.to_string(),
+            value: s.to_string(),
+        })
+}
+
 /// Decodes JSON events according to an [`InputSpec`].
 #[derive(Debug, Clone)]
 pub struct JsonDecoder {
@@ -180,12 +190,7 @@ impl JsonDecoder {
                     f as i64
                 }
             }
-            Some(Value::String(s)) => chrono::DateTime::parse_from_rfc3339(s)
-                .map_err(|_| DecodeError::BadTimestamp {
-                    field: field(),
-                    value: s.clone(),
-                })?
-                .timestamp_millis(),
+            Some(Value::String(s)) => parse_rfc3339(&field(), s)?,
             Some(other) => {
                 return Err(DecodeError::WrongType {
                     field: field(),
