@@ -165,7 +165,14 @@ fn fetch_partition(
     let mut out = Vec::new();
     let mut aborted_list = Vec::new();
     let mut offset = from;
+    let mut last_progress = std::time::Instant::now();
+    let mut high_watermark = -1;
     loop {
+        // Long reads (restores of big changelogs) report progress every 5 s.
+        if last_progress.elapsed() >= std::time::Duration::from_secs(5) {
+            last_progress = std::time::Instant::now();
+            tracing::info!(topic, partition, offset, high_watermark, "reading raw log");
+        }
         let req = FetchRequest::default()
             .with_replica_id((-1).into())
             .with_max_wait_ms(50)
@@ -195,6 +202,7 @@ fn fetch_partition(
                         what: format!("fetch {topic}/{partition}@{offset}"),
                     });
                 }
+                high_watermark = p.high_watermark;
                 for a in p.aborted_transactions.unwrap_or_default() {
                     aborted_list.push((a.producer_id.0, a.first_offset));
                 }

@@ -183,6 +183,13 @@ address = "127.0.0.1:{port}"
         series(&m, "tidemark_open_windows").len(),
         PARTITIONS as usize
     );
+    let entries = series(&m, "tidemark_state_entries");
+    assert_eq!(entries.len(), PARTITIONS as usize, "{entries:?}");
+    assert!(entries.iter().any(|(_, v)| *v > 0.0), "{entries:?}");
+    // A fresh member restores every partition from an empty changelog.
+    let restored = series(&m, "tidemark_restore_records_total");
+    assert_eq!(restored.len(), PARTITIONS as usize, "{restored:?}");
+    assert!(restored.iter().all(|(_, v)| *v == 0.0), "{restored:?}");
     assert!(m[r#"tidemark_transactions_total{outcome="committed"}"#] > 0.0);
     assert!(m["tidemark_commit_duration_seconds_count"] > 0.0);
     assert_eq!(
@@ -225,4 +232,10 @@ address = "127.0.0.1:{port}"
         .map(|(_, v)| v)
         .sum();
     assert_eq!(out_dead, dead);
+    let out_panes: f64 = series(&m, "tidemark_records_out_total")
+        .iter()
+        .filter(|(s, _)| s.contains(r#"topic="panes""#))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(out_panes, panes, "pane records delivered vs committed");
 }

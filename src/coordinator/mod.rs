@@ -238,7 +238,7 @@ pub struct Core {
     mode: Mode,
     health: Arc<Health>,
     batch: BatchOutcome,
-    last_slow_gauges: Instant,
+    last_state_gauges: Option<Instant>,
     last_lag_update: Instant,
     /// Counters for logs: committed transactions, aborted transactions, panes, dead letters.
     pub counters: [u64; 4],
@@ -443,8 +443,9 @@ impl Core {
             part.engine.advance_watermark(wm).map_err(fatal)?;
             panes.extend(part.engine.take_panes());
         }
-        // An idle member commits nothing; keep its watermark lag current anyway.
+        // An idle member commits nothing; keep its watermark lag and state figures current anyway.
         if self.last_lag_update.elapsed() >= Duration::from_secs(1) {
+            self.refresh_state_gauges();
             self.last_lag_update = Instant::now();
             for part in self.parts.values() {
                 let wm = part.engine.watermark();
@@ -481,7 +482,7 @@ impl Core {
     }
 
     /// Reports a committed transaction to metrics: what it committed, how long the cycle took,
-    /// and per-partition gauges (RocksDB figures at most every 5 s: they are not free).
+    /// and per-partition gauges.
     fn report_commit(&mut self, started: Instant) {
         let now = wall_ms();
         histogram!(m::COMMIT_DURATION).record(started.elapsed().as_secs_f64());
@@ -500,7 +501,6 @@ impl Core {
         for t in batch.fired_at {
             latency.record((now - t).max(0) as f64 / 1000.0);
         }
-        let slow = self.last_slow_gauges.elapsed() >= Duration::from_secs(5);
         for part in self.parts.values_mut() {
             part.gauges
                 .records_in
@@ -513,15 +513,24 @@ impl Core {
             part.gauges
                 .open_windows
                 .set(part.engine.pending_timers() as f64);
-            if slow {
-                let entries = self.store.estimate_keys(&part.cf);
-                part.gauges.state_entries.set(entries as f64);
-            }
         }
-        if slow {
-            gauge!(m::STATE_SIZE).set(self.store.size_bytes() as f64);
-            self.last_slow_gauges = Instant::now();
+        self.refresh_state_gauges();
+    }
+
+    /// RocksDB figures (entries per partition, live bytes), at most every 5 s: they are not free.
+    fn refresh_state_gauges(&mut self) {
+        if self
+            .last_state_gauges
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(5))
+        {
+            return;
         }
+        for part in self.parts.values() {
+            let entries = self.store.estimate_keys(&part.cf);
+            part.gauges.state_entries.set(entries as f64);
+        }
+        gauge!(m::STATE_SIZE).set(self.store.size_bytes() as f64);
+        self.last_state_gauges = Some(Instant::now());
     }
 
     fn step1_produce_changelog(&mut self) -> Result<Vec<(i32, Changes)>, CycleError> {
@@ -1030,7 +1039,7 @@ pub fn run(
         mode,
         health,
         batch: BatchOutcome::default(),
-        last_slow_gauges: Instant::now(),
+        last_state_gauges: None,
         last_lag_update: Instant::now(),
         counters: [0; 4],
     }));
