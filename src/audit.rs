@@ -17,7 +17,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use kafka_protocol::records::{Record, RecordBatchDecoder};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -163,6 +163,23 @@ fn fetch_partition(
     from: i64,
 ) -> Result<Fetched, AuditError> {
     let mut out = Vec::new();
+    let aborted = fetch_each(client, topic, partition, isolation, from, |r| {
+        out.push(r);
+        Ok::<(), AuditError>(())
+    })?;
+    Ok((out, aborted))
+}
+
+/// Fetches partition `partition` of `topic` from `from` to its end, handing each record (control
+/// records included) to `f` in offset order; returns the broker's aborted-transaction list.
+fn fetch_each<E: From<AuditError>>(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+    isolation: i8,
+    from: i64,
+    mut f: impl FnMut(Record) -> Result<(), E>,
+) -> Result<Vec<(i64, i64)>, E> {
     let mut aborted_list = Vec::new();
     let mut offset = from;
     let mut last_progress = std::time::Instant::now();
@@ -191,7 +208,8 @@ fn fetch_partition(
             return Err(AuditError::Broker {
                 code: resp.error_code,
                 what: format!("fetch {topic}"),
-            });
+            }
+            .into());
         }
         let mut got_any = false;
         for t in resp.responses {
@@ -200,7 +218,8 @@ fn fetch_partition(
                     return Err(AuditError::Broker {
                         code: p.error_code,
                         what: format!("fetch {topic}/{partition}@{offset}"),
-                    });
+                    }
+                    .into());
                 }
                 high_watermark = p.high_watermark;
                 for a in p.aborted_transactions.unwrap_or_default() {
@@ -214,14 +233,14 @@ fn fetch_partition(
                         if r.offset >= offset {
                             offset = r.offset + 1;
                             got_any = true;
-                            out.push(r);
+                            f(r)?;
                         }
                     }
                 }
             }
         }
         if !got_any {
-            return Ok((out, aborted_list));
+            return Ok(aborted_list);
         }
     }
 }
@@ -251,51 +270,131 @@ fn connect(bootstrap: &str) -> Result<RawClient, AuditError> {
     RawClient::connect(addr.strip_prefix("PLAINTEXT://").unwrap_or(addr))
 }
 
+/// What became of a record whose transaction may not be resolved yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Committed,
+    Aborted,
+    Open,
+}
+
+/// Resolves transactions while a partition's log streams by: each record waits until its
+/// transaction's COMMIT or ABORT marker, and committed records are handed on in offset order as
+/// soon as every earlier record is resolved. Memory is bounded by the span of the oldest open
+/// transaction, not by the log.
+struct StreamResolver {
+    partition: i32,
+    queue: VecDeque<(RawRecord, Fate)>,
+    aborted_offsets: Vec<i64>,
+    next_offset: i64,
+}
+
+impl StreamResolver {
+    fn new(partition: i32, from: i64) -> StreamResolver {
+        StreamResolver {
+            partition,
+            queue: VecDeque::new(),
+            aborted_offsets: Vec::new(),
+            next_offset: from,
+        }
+    }
+
+    fn push<E>(
+        &mut self,
+        r: Record,
+        emit: &mut impl FnMut(RawRecord) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.next_offset = self.next_offset.max(r.offset + 1);
+        if r.control {
+            let fate = if control_type(&r) == Some(1) {
+                Fate::Committed
+            } else {
+                Fate::Aborted
+            };
+            for (rec, f) in self.queue.iter_mut() {
+                if *f == Fate::Open && rec.producer_id == r.producer_id {
+                    *f = fate;
+                }
+            }
+        } else {
+            let fate = if r.transactional {
+                Fate::Open
+            } else {
+                Fate::Committed
+            };
+            let raw = RawRecord {
+                partition: self.partition,
+                offset: r.offset,
+                producer_id: r.producer_id,
+                transactional: r.transactional,
+                key: r.key,
+                value: r.value,
+                headers: r
+                    .headers
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+            };
+            self.queue.push_back((raw, fate));
+        }
+        while self.queue.front().is_some_and(|(_, f)| *f != Fate::Open) {
+            let (rec, fate) = self.queue.pop_front().expect("checked");
+            match fate {
+                Fate::Committed => emit(rec)?,
+                _ => self.aborted_offsets.push(rec.offset),
+            }
+        }
+        Ok(())
+    }
+
+    /// At the end of the log: hands on committed records still queued behind an open
+    /// transaction; returns how many records have no marker yet.
+    fn finish<E>(&mut self, emit: &mut impl FnMut(RawRecord) -> Result<(), E>) -> Result<usize, E> {
+        let mut open = 0;
+        while let Some((rec, fate)) = self.queue.pop_front() {
+            match fate {
+                Fate::Committed => emit(rec)?,
+                Fate::Aborted => self.aborted_offsets.push(rec.offset),
+                Fate::Open => open += 1,
+            }
+        }
+        self.aborted_offsets.sort_unstable();
+        Ok(open)
+    }
+}
+
+/// Streams partition `p` of `topic` from `from` through a [`StreamResolver`]; committed records go
+/// to `emit` in offset order. Returns the log's tail summary (no committed records in it).
+fn resolve_each<E: From<AuditError>>(
+    client: &mut RawClient,
+    topic: &str,
+    p: i32,
+    from: i64,
+    mut emit: impl FnMut(RawRecord) -> Result<(), E>,
+) -> Result<PartitionLog, E> {
+    let mut resolver = StreamResolver::new(p, from);
+    fetch_each(client, topic, p, 0, from, |r| resolver.push(r, &mut emit))?;
+    let open = resolver.finish(&mut emit)?;
+    Ok(PartitionLog {
+        committed: Vec::new(),
+        aborted_offsets: std::mem::take(&mut resolver.aborted_offsets),
+        open,
+        next_offset: resolver.next_offset,
+    })
+}
+
 fn resolve(
     client: &mut RawClient,
     topic: &str,
     p: i32,
     from: i64,
 ) -> Result<PartitionLog, AuditError> {
-    let (records, _) = fetch_partition(client, topic, p, 0, from)?;
-    let mut log = PartitionLog {
-        next_offset: from,
-        ..PartitionLog::default()
-    };
-    let mut pending: HashMap<i64, Vec<RawRecord>> = HashMap::new();
-    let mut committed: BTreeMap<i64, RawRecord> = BTreeMap::new();
-    for r in records {
-        log.next_offset = log.next_offset.max(r.offset + 1);
-        if r.control {
-            let batch = pending.remove(&r.producer_id).unwrap_or_default();
-            match control_type(&r) {
-                Some(1) => committed.extend(batch.into_iter().map(|x| (x.offset, x))),
-                _ => log.aborted_offsets.extend(batch.iter().map(|x| x.offset)),
-            }
-            continue;
-        }
-        let raw = RawRecord {
-            partition: p,
-            offset: r.offset,
-            producer_id: r.producer_id,
-            transactional: r.transactional,
-            key: r.key,
-            value: r.value,
-            headers: r
-                .headers
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-        };
-        if raw.transactional {
-            pending.entry(raw.producer_id).or_default().push(raw);
-        } else {
-            committed.insert(raw.offset, raw);
-        }
-    }
-    log.open = pending.values().map(Vec::len).sum();
-    log.aborted_offsets.sort_unstable();
-    log.committed = committed.into_values().collect();
+    let mut committed = Vec::new();
+    let mut log = resolve_each(client, topic, p, from, |r| {
+        committed.push(r);
+        Ok::<(), AuditError>(())
+    })?;
+    log.committed = committed;
     Ok(log)
 }
 
@@ -365,6 +464,26 @@ pub fn read_partition(
     })?;
     let mut leader = RawClient::connect(addr)?;
     resolve(&mut leader, topic, partition, from)
+}
+
+/// Like [`read_partition`], but hands each committed record to `emit` as soon as it is resolved
+/// instead of collecting the log in memory (restores of big changelogs). The returned log has no
+/// committed records, only the counts and the next offset.
+pub fn stream_partition<E: From<AuditError>>(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    from: i64,
+    emit: impl FnMut(RawRecord) -> Result<(), E>,
+) -> Result<PartitionLog, E> {
+    let mut client = connect(bootstrap)?;
+    let leaders = leaders(&mut client, topic)?;
+    let addr = leaders.get(&partition).ok_or_else(|| AuditError::Broker {
+        code: 3,
+        what: format!("{topic} has no partition {partition}"),
+    })?;
+    let mut leader = RawClient::connect(addr)?;
+    resolve_each(&mut leader, topic, partition, from, emit)
 }
 
 /// Reads a topic's raw log and resolves every transaction.
@@ -449,4 +568,99 @@ pub fn check_panes(committed: &[RawRecord]) -> PaneReport {
         }
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::records::TimestampType;
+
+    fn rec(offset: i64, pid: i64, transactional: bool, control: Option<i16>, v: &str) -> Record {
+        let key = match control {
+            // Control record key: version (i16) then type (i16): 0 = ABORT, 1 = COMMIT.
+            Some(t) => Some(Bytes::from([[0u8, 0u8], t.to_be_bytes()].concat())),
+            None => Some(Bytes::from(format!("k{v}"))),
+        };
+        Record {
+            transactional,
+            control: control.is_some(),
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: pid,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset,
+            sequence: 0,
+            timestamp: 0,
+            key,
+            value: control.is_none().then(|| Bytes::from(v.to_string())),
+            headers: Default::default(),
+        }
+    }
+
+    /// Feeds records through the resolver; returns emitted values, aborted offsets, open count.
+    fn run(records: Vec<Record>) -> (Vec<String>, Vec<i64>, usize, i64) {
+        let mut out = Vec::new();
+        let mut emit = |r: RawRecord| {
+            out.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
+            Ok::<(), AuditError>(())
+        };
+        let mut res = StreamResolver::new(0, 0);
+        for r in records {
+            res.push(r, &mut emit).unwrap();
+        }
+        let open = res.finish(&mut emit).unwrap();
+        (out, res.aborted_offsets.clone(), open, res.next_offset)
+    }
+
+    #[test]
+    fn interleaved_transactions_come_out_in_offset_order() {
+        // pid 1 writes a@0, pid 2 writes b@1, pid 1 writes c@2; pid 2 commits first (@3), then
+        // pid 1 (@4): committed records still come out in log order a, b, c (last write wins in
+        // log order, whatever order the markers arrive in).
+        let (out, aborted, open, next) = run(vec![
+            rec(0, 1, true, None, "a"),
+            rec(1, 2, true, None, "b"),
+            rec(2, 1, true, None, "c"),
+            rec(3, 2, true, Some(1), ""),
+            rec(4, 1, true, Some(1), ""),
+        ]);
+        assert_eq!(out, ["a", "b", "c"]);
+        assert!(aborted.is_empty());
+        assert_eq!((open, next), (0, 5));
+    }
+
+    #[test]
+    fn aborted_and_open_transactions_are_not_emitted() {
+        // pid 1 aborts (a, c); pid 2 commits (b); pid 3 stays open (d) while a later
+        // non-transactional record (e) and committed pid-2 record (f) follow it.
+        let (out, aborted, open, _) = run(vec![
+            rec(0, 1, true, None, "a"),
+            rec(1, 2, true, None, "b"),
+            rec(2, 1, true, None, "c"),
+            rec(3, 1, true, Some(0), ""),
+            rec(4, 2, true, Some(1), ""),
+            rec(5, 3, true, None, "d"),
+            rec(6, 2, true, None, "f"),
+            rec(7, 2, true, Some(1), ""),
+            rec(8, -1, false, None, "e"),
+        ]);
+        assert_eq!(out, ["b", "f", "e"]);
+        assert_eq!(aborted, [0, 2]);
+        assert_eq!(open, 1);
+    }
+
+    #[test]
+    fn a_second_transaction_of_one_producer_is_resolved_by_its_own_marker() {
+        let (out, aborted, open, _) = run(vec![
+            rec(0, 1, true, None, "a"),
+            rec(1, 1, true, Some(1), ""),
+            rec(2, 1, true, None, "b"),
+            rec(3, 1, true, Some(0), ""),
+            rec(4, 1, true, None, "c"),
+        ]);
+        assert_eq!(out, ["a"]);
+        assert_eq!(aborted, [2]);
+        assert_eq!(open, 1);
+    }
 }

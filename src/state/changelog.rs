@@ -6,7 +6,7 @@
 //! `tidemark.input_offset` = the input offset that transaction commits.
 //!
 //! **Restore rule.** A restore reads the changelog partition's *raw* log (with
-//! [`crate::audit::read_partition`]), resolves each transaction from its COMMIT/ABORT marker, and
+//! [`crate::audit::stream_partition`]), resolves each transaction from its COMMIT/ABORT marker, and
 //! applies, in log order with the last write winning, only records that (1) belong to a committed
 //! transaction and (2) carry a stamp no greater than the group's committed input offset. Rule 1
 //! never trusts the broker to hide aborted records (Tansu serves them to read_committed consumers).
@@ -15,9 +15,12 @@
 //! processed again by this member. A committed transaction's stamp is always at most the committed
 //! offset, since that transaction committed the offset itself.
 
-use crate::audit::{read_partition, AuditError};
+use crate::audit::{stream_partition, AuditError, RawRecord};
 use crate::state::store::{StateStore, StoreError, StoredOffsets};
 use rocksdb::WriteBatch;
+
+/// Changelog records applied per RocksDB write during a restore.
+const RESTORE_CHUNK: usize = 10_000;
 
 /// Header carrying the input offset a changelog record's transaction commits.
 pub const STAMP_HEADER: &str = "tidemark.input_offset";
@@ -56,40 +59,51 @@ pub fn restore(
     committed: i64,
 ) -> Result<RestoreStats, RestoreError> {
     store.ensure_cf(cf)?;
-    let log = read_partition(bootstrap, changelog_topic, partition, from)?;
-    let mut stats = RestoreStats {
-        skipped: log.aborted_offsets.len() + log.open,
-        changelog_offset: log.next_offset,
-        ..RestoreStats::default()
-    };
     let db = store.db();
     let handle = db
         .cf_handle(cf)
         .ok_or_else(|| StoreError::MissingCf(cf.to_string()))?;
+    let mut stats = RestoreStats::default();
     let mut batch = WriteBatch::default();
-    for r in &log.committed {
-        let stamp = r
-            .headers
-            .iter()
-            .find(|(k, _)| k == STAMP_HEADER)
-            .and_then(|(_, v)| v.as_ref())
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|s| s.parse::<i64>().ok());
-        let Some(key) = r.key.as_ref() else {
-            stats.skipped += 1;
-            continue;
-        };
-        if stamp.is_none_or(|s| s > committed) {
-            stats.skipped += 1;
-            continue;
-        }
-        match &r.value {
-            Some(v) => batch.put_cf(&handle, key, v),
-            None => batch.delete_cf(&handle, key),
-        }
-        stats.applied += 1;
-    }
+    // The log streams through in chunks, so a restore needs memory for one chunk, not the log.
+    // Chunks are written without offsets: if the restore is cut short, the stored offsets still
+    // say where it started, and running it again from there re-applies the same records in the
+    // same order over the partial result (puts and deletes of whole values), which converges.
+    let log = stream_partition(
+        bootstrap,
+        changelog_topic,
+        partition,
+        from,
+        |r: RawRecord| -> Result<(), RestoreError> {
+            let stamp = r
+                .headers
+                .iter()
+                .find(|(k, _)| k == STAMP_HEADER)
+                .and_then(|(_, v)| v.as_ref())
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(|s| s.parse::<i64>().ok());
+            let Some(key) = r.key.as_ref() else {
+                stats.skipped += 1;
+                return Ok(());
+            };
+            if stamp.is_none_or(|s| s > committed) {
+                stats.skipped += 1;
+                return Ok(());
+            }
+            match &r.value {
+                Some(v) => batch.put_cf(&handle, key, v),
+                None => batch.delete_cf(&handle, key),
+            }
+            stats.applied += 1;
+            if batch.len() >= RESTORE_CHUNK {
+                store.write(std::mem::take(&mut batch))?;
+            }
+            Ok(())
+        },
+    )?;
     drop(handle);
+    stats.skipped += log.aborted_offsets.len() + log.open;
+    stats.changelog_offset = log.next_offset;
     store.put_offsets(
         &mut batch,
         cf,
