@@ -18,7 +18,7 @@ use crate::windowing::aggregate::Acc;
 use crate::windowing::assigner::Window;
 use rocksdb::{Direction, IteratorMode, WriteBatch};
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Kinds of event-time timers, in the order they run when due at the same time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -201,16 +201,159 @@ impl Cursor {
     }
 }
 
+/// One window of a [`WindowMap`], with whether it changed since the last flush.
+#[derive(Debug, Clone)]
+struct WindowSlot {
+    window: Window,
+    state: WinState,
+    dirty: bool,
+}
+
+/// The windows of one key, sorted by window. Most keys have one to a few open windows, so a
+/// sorted deque is far smaller than a B-tree node (which holds room for 11) and needs no allocation
+/// per flush to track what changed: each window carries its own dirty flag, and removed windows are
+/// listed until the next flush. New windows come at the back and expired ones leave at the front,
+/// which a deque does in O(1).
+#[derive(Debug, Clone, Default)]
+pub struct WindowMap {
+    slots: VecDeque<WindowSlot>,
+    removed: Vec<Window>,
+}
+
+impl WindowMap {
+    fn find(&self, w: &Window) -> Result<usize, usize> {
+        self.slots.binary_search_by(|s| s.window.cmp(w))
+    }
+
+    /// Whether there are no windows.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Number of windows.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The state of window `w`.
+    pub fn get(&self, w: &Window) -> Option<&WinState> {
+        self.find(w).ok().map(|i| &self.slots[i].state)
+    }
+
+    /// The state of window `w`, mutably.
+    pub fn get_mut(&mut self, w: &Window) -> Option<&mut WinState> {
+        self.find(w).ok().map(|i| &mut self.slots[i].state)
+    }
+
+    /// Whether window `w` exists.
+    pub fn contains_key(&self, w: &Window) -> bool {
+        self.find(w).is_ok()
+    }
+
+    fn insert_at(&mut self, i: usize, w: Window, st: WinState) {
+        // Grow one slot at a time while small (most keys hold one or two windows), then as usual.
+        if self.slots.len() == self.slots.capacity() && self.slots.len() < 4 {
+            self.slots.reserve_exact(1);
+        }
+        self.slots.insert(
+            i,
+            WindowSlot {
+                window: w,
+                state: st,
+                dirty: false,
+            },
+        );
+    }
+
+    /// Inserts or replaces window `w`; returns the previous state.
+    pub fn insert(&mut self, w: Window, st: WinState) -> Option<WinState> {
+        match self.find(&w) {
+            Ok(i) => Some(std::mem::replace(&mut self.slots[i].state, st)),
+            Err(i) => {
+                self.insert_at(i, w, st);
+                None
+            }
+        }
+    }
+
+    /// The state of window `w`, inserting `f()` when it is absent.
+    pub fn get_or_insert_with(&mut self, w: Window, f: impl FnOnce() -> WinState) -> &mut WinState {
+        let i = match self.find(&w) {
+            Ok(i) => i,
+            Err(i) => {
+                self.insert_at(i, w, f());
+                i
+            }
+        };
+        &mut self.slots[i].state
+    }
+
+    /// Removes window `w` (the next flush writes its tombstone); returns its state.
+    pub fn remove(&mut self, w: &Window) -> Option<WinState> {
+        let i = self.find(w).ok()?;
+        self.removed.push(*w);
+        self.slots.remove(i).map(|s| s.state)
+    }
+
+    /// The windows in order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&Window, &WinState)> + '_ {
+        self.slots.iter().map(|s| (&s.window, &s.state))
+    }
+
+    /// The windows ordered before `bound`, in order (iterate `.rev()` for the nearest first).
+    pub fn before(
+        &self,
+        bound: Window,
+    ) -> impl DoubleEndedIterator<Item = (&Window, &WinState)> + '_ {
+        let end = self.slots.partition_point(|s| s.window < bound);
+        self.slots.range(..end).map(|s| (&s.window, &s.state))
+    }
+
+    /// Adds the changed windows (values) and removed ones (tombstones) to `changes`; marks all
+    /// clean.
+    fn take_changes(&mut self, key: &str, changes: &mut Changes) {
+        let mut removed = std::mem::take(&mut self.removed);
+        removed.sort_unstable();
+        removed.dedup();
+        for w in removed {
+            // Removed and then created again since the last flush: the value below wins.
+            if !self.contains_key(&w) {
+                changes.push(
+                    |out| keys::put_window_key(out, key, w.start, w.end),
+                    None::<fn(&mut Vec<u8>)>,
+                );
+            }
+        }
+        for slot in self.slots.iter_mut().filter(|s| s.dirty) {
+            slot.dirty = false;
+            let (w, st) = (slot.window, &slot.state);
+            changes.push(
+                |out| keys::put_window_key(out, key, w.start, w.end),
+                Some(|out: &mut Vec<u8>| st.encode_into(out)),
+            );
+        }
+    }
+
+    /// Marks window `w` changed: its current value, or a tombstone when it no longer exists, is
+    /// part of the next flush.
+    fn touch(&mut self, w: Window) {
+        match self.find(&w) {
+            Ok(i) => self.slots[i].dirty = true,
+            Err(_) if !self.removed.contains(&w) => self.removed.push(w),
+            Err(_) => {}
+        }
+    }
+}
+
 /// All state of one grouping key in one partition.
 #[derive(Debug, Clone, Default)]
 pub struct KeyState {
     /// Per-window state (tumbling, per-window sliding, sessions).
-    pub windows: BTreeMap<Window, WinState>,
+    pub windows: WindowMap,
     /// Slices of sliced sliding windows, by slice start.
     pub slices: BTreeMap<i64, Acc>,
     /// Cursor of sliced sliding windows.
     pub cursor: Option<Cursor>,
-    dirty_windows: BTreeSet<Window>,
     dirty_slices: BTreeSet<i64>,
     dirty_cursor: bool,
     listed: bool,
@@ -503,7 +646,7 @@ impl PartitionState {
 
     /// Marks a window entry of `key` dirty (call after changing or removing it).
     pub fn touch_window(ks: &mut KeyState, w: Window) {
-        ks.dirty_windows.insert(w);
+        ks.windows.touch(w);
     }
 
     /// Marks a slice entry dirty.
@@ -585,14 +728,7 @@ impl PartitionState {
                 continue;
             };
             ks.listed = false;
-            for w in std::mem::take(&mut ks.dirty_windows) {
-                changes.push(
-                    |out| keys::put_window_key(out, &key, w.start, w.end),
-                    ks.windows
-                        .get(&w)
-                        .map(|st| |out: &mut Vec<u8>| st.encode_into(out)),
-                );
-            }
+            ks.windows.take_changes(&key, &mut changes);
             for s in std::mem::take(&mut ks.dirty_slices) {
                 changes.push(
                     |out| keys::put_slice_key(out, &key, s),
@@ -663,7 +799,7 @@ fn index_key(
     ks: &KeyState,
     rules: &dyn TimerRules,
 ) {
-    for (w, st) in &ks.windows {
+    for (w, st) in ks.windows.iter() {
         let (time, kind) = rules.window_timer(w, st);
         event_timers.insert(Timer {
             time,
@@ -715,6 +851,55 @@ mod tests {
         let mut v = Vec::new();
         f(&mut v);
         v
+    }
+
+    /// (window start, tombstone?) of each change a window map yields, in key order.
+    fn flushed(m: &mut WindowMap) -> Vec<(i64, bool)> {
+        let mut c = Changes::default();
+        m.take_changes("k", &mut c);
+        c.sort();
+        c.iter()
+            .map(|(k, v)| {
+                let StateKey::Window { start, .. } = keys::decode_state_key(k).unwrap() else {
+                    panic!("not a window key")
+                };
+                (start, v.is_none())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn window_map_flushes_values_and_tombstones_once() {
+        let w = |s: i64| Window::new(s, s + 10);
+        let mut m = WindowMap::default();
+        for s in [20, 0, 10] {
+            m.get_or_insert_with(w(s), || WinState::new(false));
+        }
+        assert_eq!(
+            m.iter().map(|(w, _)| w.start).collect::<Vec<_>>(),
+            [0, 10, 20],
+            "sorted"
+        );
+        assert!(flushed(&mut m).is_empty(), "nothing touched yet");
+        m.touch(w(10));
+        m.touch(w(0));
+        assert_eq!(flushed(&mut m), [(0, false), (10, false)]);
+        assert!(flushed(&mut m).is_empty(), "clean after a flush");
+        // Touched, then removed: a tombstone, once (remove records it; a later touch adds nothing).
+        m.touch(w(20));
+        m.remove(&w(20));
+        m.touch(w(20));
+        assert_eq!(flushed(&mut m), [(20, true)]);
+        // Removed, then created again and touched: only the value.
+        m.remove(&w(0));
+        m.get_or_insert_with(w(0), || WinState::new(true));
+        m.touch(w(0));
+        assert_eq!(flushed(&mut m), [(0, false)]);
+        assert_eq!(m.len(), 2);
+        assert_eq!(
+            m.before(w(10)).map(|(w, _)| w.start).collect::<Vec<_>>(),
+            [0]
+        );
     }
 
     #[test]

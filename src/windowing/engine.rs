@@ -394,7 +394,7 @@ impl Engine {
             }
             accepted = true;
             let existed = ks.windows.contains_key(&w);
-            let st = ks.windows.entry(w).or_insert_with(|| WinState::new(passed));
+            let st = ks.windows.get_or_insert_with(w, || WinState::new(passed));
             let old_ev = existed.then(|| rules.window_timer(&w, st));
             let old_proc = st.early_deadline;
             add(st, &ev.values, trigger.accumulation);
@@ -432,7 +432,7 @@ impl Engine {
         // Sessions of a key never overlap, so sorted by start their ends are sorted too.
         let overlapping: Vec<Window> = ks
             .windows
-            .range(..Window::new(proto.end, i64::MIN))
+            .before(Window::new(proto.end, i64::MIN))
             .rev()
             .take_while(|(w, _)| w.end > proto.start)
             .map(|(w, _)| *w)
