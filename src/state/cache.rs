@@ -16,6 +16,7 @@ use super::keys::{self, StateKey, TAG_CURSOR, TAG_SLICE, TAG_WINDOW};
 use super::store::{StateStore, StoreError, StoredOffsets};
 use crate::windowing::aggregate::Acc;
 use crate::windowing::assigner::Window;
+use compact_str::CompactString;
 use rocksdb::{Direction, IteratorMode, WriteBatch};
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -38,8 +39,8 @@ pub struct Timer {
     pub time: i64,
     /// What it does.
     pub kind: TimerKind,
-    /// The grouping key.
-    pub key: String,
+    /// The grouping key (inline up to 24 bytes: timer sets compare keys on every insert).
+    pub key: CompactString,
     /// The window (for `KeyService`, `[0, 0)`).
     pub window: Window,
 }
@@ -445,13 +446,15 @@ pub const DEFAULT_CACHE_KEYS: usize = 2_000_000;
 pub struct PartitionState {
     store: StateStore,
     cf: String,
-    keys: FxHashMap<String, KeyState>,
-    dirty_keys: Vec<String>,
+    /// Keys up to 24 bytes are stored inline, so a lookup compares within the table instead of
+    /// following a pointer to the heap (a cache miss per event with many keys).
+    keys: FxHashMap<CompactString, KeyState>,
+    dirty_keys: Vec<CompactString>,
     /// True while every entry of the column family is in `keys`, so a miss means "absent".
     complete: bool,
     max_keys: usize,
     event_timers: BTreeSet<Timer>,
-    proc_timers: BTreeSet<(i64, String, Window)>,
+    proc_timers: BTreeSet<(i64, CompactString, Window)>,
     /// The watermark as last stored, and whether it changed since.
     watermark: Option<i64>,
     watermark_dirty: bool,
@@ -532,12 +535,12 @@ impl PartitionState {
                     continue;
                 }
             };
-            let in_memory = self.keys.contains_key(&key) || self.keys.len() < self.max_keys;
+            let in_memory = self.keys.contains_key(key.as_str()) || self.keys.len() < self.max_keys;
             if !in_memory {
                 self.complete = false;
             }
             let ks = if in_memory {
-                self.keys.entry(key).or_default()
+                self.keys.entry(CompactString::from(key)).or_default()
             } else {
                 partial.entry(key).or_default()
             };
@@ -548,7 +551,8 @@ impl PartitionState {
         }
         let mut event_timers = BTreeSet::new();
         let mut proc_timers = BTreeSet::new();
-        for (key, ks) in self.keys.iter().chain(partial.iter()) {
+        let in_memory = self.keys.iter().map(|(k, ks)| (k.as_str(), ks));
+        for (key, ks) in in_memory.chain(partial.iter().map(|(k, ks)| (k.as_str(), ks))) {
             index_key(&mut event_timers, &mut proc_timers, key, ks, rules);
         }
         self.event_timers = event_timers;
@@ -607,12 +611,12 @@ impl PartitionState {
             } else {
                 self.load_key(key, rules)?
             };
-            self.keys.insert(key.to_string(), ks);
+            self.keys.insert(CompactString::from(key), ks);
         }
         let ks = self.keys.get_mut(key).expect("inserted above");
         if !ks.listed {
             ks.listed = true;
-            self.dirty_keys.push(key.to_string());
+            self.dirty_keys.push(CompactString::from(key));
         }
         Ok(ks)
     }
@@ -674,7 +678,7 @@ impl PartitionState {
             self.event_timers.remove(&Timer {
                 time,
                 kind,
-                key: key.to_string(),
+                key: CompactString::from(key),
                 window: w,
             });
         }
@@ -682,7 +686,7 @@ impl PartitionState {
             self.event_timers.insert(Timer {
                 time,
                 kind,
-                key: key.to_string(),
+                key: CompactString::from(key),
                 window: w,
             });
         }
@@ -694,10 +698,10 @@ impl PartitionState {
             return;
         }
         if let Some(t) = old {
-            self.proc_timers.remove(&(t, key.to_string(), w));
+            self.proc_timers.remove(&(t, CompactString::from(key), w));
         }
         if let Some(t) = new {
-            self.proc_timers.insert((t, key.to_string(), w));
+            self.proc_timers.insert((t, CompactString::from(key), w));
         }
     }
 
@@ -711,7 +715,7 @@ impl PartitionState {
     }
 
     /// Removes and returns the earliest processing-time timer due at or before `now`.
-    pub fn pop_proc_timer(&mut self, now: i64) -> Option<(i64, String, Window)> {
+    pub fn pop_proc_timer(&mut self, now: i64) -> Option<(i64, CompactString, Window)> {
         if self.proc_timers.first()?.0 <= now {
             self.proc_timers.pop_first()
         } else {
@@ -794,7 +798,7 @@ impl PartitionState {
 
 fn index_key(
     event_timers: &mut BTreeSet<Timer>,
-    proc_timers: &mut BTreeSet<(i64, String, Window)>,
+    proc_timers: &mut BTreeSet<(i64, CompactString, Window)>,
     key: &str,
     ks: &KeyState,
     rules: &dyn TimerRules,
@@ -804,11 +808,11 @@ fn index_key(
         event_timers.insert(Timer {
             time,
             kind,
-            key: key.to_string(),
+            key: CompactString::from(key),
             window: *w,
         });
         if let Some(d) = st.early_deadline {
-            proc_timers.insert((d, key.to_string(), *w));
+            proc_timers.insert((d, CompactString::from(key), *w));
         }
     }
     if ks.cursor.is_some() {
@@ -816,7 +820,7 @@ fn index_key(
             event_timers.insert(Timer {
                 time,
                 kind: TimerKind::KeyService,
-                key: key.to_string(),
+                key: CompactString::from(key),
                 window: Window::new(0, 0),
             });
         }
