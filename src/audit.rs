@@ -456,14 +456,13 @@ pub fn read_partition(
     partition: i32,
     from: i64,
 ) -> Result<PartitionLog, AuditError> {
-    let mut client = connect(bootstrap)?;
-    let leaders = leaders(&mut client, topic)?;
-    let addr = leaders.get(&partition).ok_or_else(|| AuditError::Broker {
-        code: 3,
-        what: format!("{topic} has no partition {partition}"),
+    let mut committed = Vec::new();
+    let mut log = stream_partition(bootstrap, topic, partition, from, |r| {
+        committed.push(r);
+        Ok::<(), AuditError>(())
     })?;
-    let mut leader = RawClient::connect(addr)?;
-    resolve(&mut leader, topic, partition, from)
+    log.committed = committed;
+    Ok(log)
 }
 
 /// Like [`read_partition`], but hands each committed record to `emit` as soon as it is resolved
