@@ -131,6 +131,10 @@ pub enum Command {
         /// Print every committed pane (JSON lines) to standard output.
         #[arg(long)]
         print: bool,
+        /// With --print: values are Avro (`plain` or `confluent`), panes in
+        /// schemas/window_result.avsc and dead letters in schemas/dead_letter.avsc; printed as JSON.
+        #[arg(long)]
+        avro: Option<String>,
     },
 }
 
@@ -318,18 +322,20 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             bootstrap_servers,
             topic,
             print,
+            avro,
         } => {
+            let framing = match avro.as_deref() {
+                None => None,
+                Some(f) => Some(
+                    crate::avro::Framing::parse(f)
+                        .with_context(|| format!("--avro {f:?}: \"plain\" or \"confluent\""))?,
+                ),
+            };
             let log = audit::read_topic(&bootstrap_servers, &topic)?;
             let report = audit::check_panes(&log.committed);
             if print {
                 for r in &log.committed {
-                    println!(
-                        "{}",
-                        r.value
-                            .as_deref()
-                            .map(String::from_utf8_lossy)
-                            .unwrap_or_default()
-                    );
+                    println!("{}", printable(r, framing)?);
                 }
             }
             eprintln!(
@@ -384,4 +390,28 @@ fn probe(url: &str) -> anyhow::Result<i32> {
             Ok(1)
         }
     }
+}
+
+/// A committed record's value as one line: as is, or Avro decoded to JSON (a dead letter when the
+/// record has a `tidemark.reason` header, a pane otherwise).
+fn printable(
+    r: &audit::RawRecord,
+    framing: Option<crate::avro::Framing>,
+) -> anyhow::Result<String> {
+    let value = r.value.as_deref().unwrap_or_default();
+    let Some(framing) = framing else {
+        return Ok(String::from_utf8_lossy(value).into_owned());
+    };
+    let dead_letter = r.headers.iter().any(|(k, _)| k == "tidemark.reason");
+    let text = if dead_letter {
+        crate::avro::DEAD_LETTER_SCHEMA
+    } else {
+        crate::avro::WINDOW_RESULT_SCHEMA
+    };
+    let schema = crate::avro::parse_schema("output schema", text)?;
+    let decoded = crate::avro::decode_value(&schema, framing, value)
+        .map_err(|e| anyhow::anyhow!("offset {}: {e}", r.offset))?;
+    let json = serde_json::Value::try_from(decoded)
+        .map_err(|e| anyhow::anyhow!("offset {}: {e}", r.offset))?;
+    Ok(json.to_string())
 }

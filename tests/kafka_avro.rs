@@ -178,4 +178,34 @@ state_dir = "{}"
         "{reasons:?}"
     );
     assert!(reasons.get("late").copied().unwrap_or(0) > 0, "{reasons:?}");
+
+    // `audit --print --avro confluent` shows Avro panes and envelopes as JSON.
+    for (topic, field) in [("totals", "dedup_id"), ("payments-dead", "reason")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args([
+                "audit",
+                "--bootstrap-servers",
+                &broker.addr,
+                "--topic",
+                topic,
+            ])
+            .args(["--print", "--avro", "confluent"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(!lines.is_empty());
+        assert!(
+            lines.iter().all(|v| v.get(field).is_some()),
+            "{topic}: {lines:?}"
+        );
+    }
 }
