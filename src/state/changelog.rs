@@ -20,7 +20,7 @@ use crate::state::store::{StateStore, StoreError, StoredOffsets};
 use rocksdb::WriteBatch;
 
 /// Changelog records applied per RocksDB write during a restore.
-const RESTORE_CHUNK: usize = 10_000;
+const RESTORE_CHUNK: usize = 1_000;
 
 /// Header carrying the input offset a changelog record's transaction commits.
 pub const STAMP_HEADER: &str = "tidemark.input_offset";
