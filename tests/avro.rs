@@ -3,13 +3,14 @@
 //! against a small Confluent-compatible registry served by the test, and pane and dead-letter
 //! encodings read back with `schemas/*.avsc`.
 
+mod common;
+
 use apache_avro::types::Value;
 use apache_avro::Schema;
+use common::registry::FakeRegistry;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use tidemark::avro::{
     decode_value, encode_value, parse_schema, AvroEncoder, Framing, SchemaRegistry,
     DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHEMA,
@@ -263,81 +264,6 @@ fn avro_config_problems_are_all_listed() {
     // Confluent framing without any way to resolve ids.
     let msg = spec("framing = \"confluent\"", "").unwrap_err().to_string();
     assert!(msg.contains("needs [schema_registry] url"), "{msg}");
-}
-
-/// A Confluent-compatible registry: GET /subjects, GET /schemas/ids/{id}, POST
-/// /subjects/{s}/versions (same schema text → same id).
-struct FakeRegistry {
-    url: String,
-    schemas: Arc<Mutex<Vec<String>>>,
-    /// When set, connections are closed without an answer.
-    down: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl FakeRegistry {
-    fn start(initial: Vec<String>) -> FakeRegistry {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let schemas = Arc::new(Mutex::new(initial));
-        let shared = schemas.clone();
-        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let is_down = down.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                if is_down.load(std::sync::atomic::Ordering::SeqCst) {
-                    continue;
-                }
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
-                let mut len = 0;
-                loop {
-                    let mut h = String::new();
-                    reader.read_line(&mut h).unwrap();
-                    if h.trim().is_empty() {
-                        break;
-                    }
-                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap();
-                    }
-                }
-                let mut body = vec![0; len];
-                reader.read_exact(&mut body).unwrap();
-                let parts: Vec<&str> = line.split_whitespace().collect();
-                let (code, out) = match (parts[0], parts[1]) {
-                    ("GET", "/subjects") => (200, "[]".to_string()),
-                    ("GET", p) if p.starts_with("/schemas/ids/") => {
-                        let id: usize = p["/schemas/ids/".len()..].parse().unwrap();
-                        match shared.lock().unwrap().get(id.wrapping_sub(1)) {
-                            Some(s) => (200, serde_json::json!({ "schema": s }).to_string()),
-                            None => (404, r#"{"error_code":40403}"#.to_string()),
-                        }
-                    }
-                    ("POST", p) if p.starts_with("/subjects/") => {
-                        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                        let s = v["schema"].as_str().unwrap().to_string();
-                        let mut all = shared.lock().unwrap();
-                        let id = match all.iter().position(|x| *x == s) {
-                            Some(i) => i + 1,
-                            None => {
-                                all.push(s);
-                                all.len()
-                            }
-                        };
-                        (200, format!("{{\"id\":{id}}}"))
-                    }
-                    _ => (404, "{}".to_string()),
-                };
-                let mut w = stream;
-                let _ = write!(
-                    w,
-                    "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{out}",
-                    out.len()
-                );
-            }
-        });
-        FakeRegistry { url, schemas, down }
-    }
 }
 
 #[test]

@@ -209,3 +209,129 @@ state_dir = "{}"
         );
     }
 }
+
+#[test]
+fn registry_ids_resolve_on_the_way_in_and_output_schemas_are_registered() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let payment = std::fs::read_to_string(format!("{root}/schemas/payment.avsc")).unwrap();
+    let registry = common::registry::FakeRegistry::start(vec![payment]);
+    let broker = common::Broker::start();
+    broker.create_topic("payments", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("pipeline.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+name = "payments-registry"
+[input]
+format = "avro"
+framing = "confluent"
+schema = "{root}/schemas/payment.avsc"
+key = "account_id"
+timestamp = "ts"
+[window]
+type = "tumbling"
+size = "1s"
+[watermark]
+idle_timeout = "1s"
+[[aggregations]]
+name = "total"
+op = "sum"
+field = "amount"
+[output]
+format = "avro"
+framing = "confluent"
+[schema_registry]
+url = "{}"
+[kafka]
+bootstrap_servers = "{}"
+input_topic = "payments"
+output_topic = "totals"
+dead_letter_topic = "payments-dead"
+state_dir = "{}"
+[kafka.properties]
+"session.timeout.ms" = "6000"
+"max.poll.interval.ms" = "10000"
+"#,
+            registry.url,
+            broker.addr,
+            dir.path().join("state").display()
+        ),
+    )
+    .unwrap();
+    // 300 events written with registry id 1, and one written with an id the registry does not know.
+    let produce = |id: &str, events: &str| {
+        let ok = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args([
+                "produce",
+                "--bootstrap-servers",
+                &broker.addr,
+                "--topic",
+                "payments",
+            ])
+            .args([
+                "--kind",
+                "payment",
+                "--format",
+                "avro-confluent",
+                "--schema-id",
+                id,
+            ])
+            .args(["--events", events, "--rate", "1000", "--keys", "5"])
+            .args(["--disorder-ms", "0"])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    };
+    produce("1", "300");
+    produce("9", "1");
+
+    let child = common::start_member(&cfg);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (panes, dead) = loop {
+        let panes = read_topic(&broker.addr, "totals").unwrap().committed;
+        let dead = read_topic(&broker.addr, "payments-dead").unwrap().committed;
+        if (!panes.is_empty() && !dead.is_empty()) || Instant::now() > deadline {
+            break (panes, dead);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let status = common::stop_member(child);
+    assert!(status.success(), "tidemark run exited with {status}");
+
+    // The output schemas were registered (ids 2 and 3, after the input schema) and are the ids
+    // written in the frames.
+    let registered = registry.schemas.lock().unwrap().clone();
+    assert_eq!(
+        registered.len(),
+        3,
+        "window_result and dead_letter registered"
+    );
+    let window_result = parse_schema("window_result", WINDOW_RESULT_SCHEMA).unwrap();
+    let dead_letter = parse_schema("dead_letter", DEAD_LETTER_SCHEMA).unwrap();
+    let id_of = |schema: &apache_avro::Schema| {
+        1 + registered
+            .iter()
+            .position(|t| parse_schema("registered", t).unwrap() == *schema)
+            .expect("registered") as u8
+    };
+    let (pane_id, dead_id) = (id_of(&window_result), id_of(&dead_letter));
+    assert!(!panes.is_empty(), "no panes");
+    for r in &panes {
+        let v = r.value.as_ref().unwrap();
+        assert_eq!(&v[..5], &[0, 0, 0, 0, pane_id]);
+        decode_value(&window_result, Framing::Confluent, v).unwrap();
+    }
+    // The record with the unknown id is a malformed dead letter that says so.
+    assert_eq!(dead.len(), 1, "one dead letter");
+    let v = dead[0].value.as_ref().unwrap();
+    assert_eq!(&v[..5], &[0, 0, 0, 0, dead_id]);
+    let f = fields(decode_value(&dead_letter, Framing::Confluent, v).unwrap());
+    assert_eq!(f["reason"], Value::Enum(1, "malformed".into()));
+    assert!(
+        matches!(&f["detail"], Value::String(d) if d.contains("unknown schema id 9")),
+        "{:?}",
+        f["detail"]
+    );
+}

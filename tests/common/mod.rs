@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod registry;
+
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::ClientConfig;
