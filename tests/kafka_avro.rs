@@ -15,6 +15,31 @@ use tidemark::avro::{
 
 const EVENTS: u64 = 2_000;
 
+/// `tidemark produce` of Confluent-framed payment events with schema id `id`, no disorder.
+fn produce_payments(broker: &str, id: &str, events: &str, extra: &[&str]) {
+    let status = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args([
+            "produce",
+            "--bootstrap-servers",
+            broker,
+            "--topic",
+            "payments",
+        ])
+        .args([
+            "--kind",
+            "payment",
+            "--format",
+            "avro-confluent",
+            "--schema-id",
+            id,
+        ])
+        .args(["--events", events, "--disorder-ms", "0"])
+        .args(extra)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
 fn fields(v: Value) -> HashMap<String, Value> {
     match v {
         Value::Record(f) => f.into_iter().collect(),
@@ -71,41 +96,21 @@ state_dir = "{}"
         ),
     )
     .unwrap();
-    let produced = Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args([
-            "produce",
-            "--bootstrap-servers",
-            &broker.addr,
-            "--topic",
-            "payments",
-        ])
-        .args([
-            "--kind",
-            "payment",
-            "--format",
-            "avro-confluent",
-            "--schema-id",
-            "1",
-        ])
-        .args([
-            "--events",
-            &EVENTS.to_string(),
+    produce_payments(
+        &broker.addr,
+        "1",
+        &EVENTS.to_string(),
+        &[
             "--rate",
             "2000",
             "--keys",
             "25",
-        ])
-        .args([
-            "--disorder-ms",
-            "0",
             "--late-share",
             "0.02",
             "--malformed-share",
             "0.02",
-        ])
-        .status()
-        .unwrap();
-    assert!(produced.success());
+        ],
+    );
 
     let child = common::start_member(&cfg);
     // Wait until counted panes plus dead letters cover every input record.
@@ -262,27 +267,7 @@ state_dir = "{}"
     .unwrap();
     // 300 events written with registry id 1, and one written with an id the registry does not know.
     let produce = |id: &str, events: &str| {
-        let ok = Command::new(env!("CARGO_BIN_EXE_tidemark"))
-            .args([
-                "produce",
-                "--bootstrap-servers",
-                &broker.addr,
-                "--topic",
-                "payments",
-            ])
-            .args([
-                "--kind",
-                "payment",
-                "--format",
-                "avro-confluent",
-                "--schema-id",
-                id,
-            ])
-            .args(["--events", events, "--rate", "1000", "--keys", "5"])
-            .args(["--disorder-ms", "0"])
-            .status()
-            .unwrap();
-        assert!(ok.success());
+        produce_payments(&broker.addr, id, events, &["--rate", "1000", "--keys", "5"])
     };
     produce("1", "300");
     produce("9", "1");
