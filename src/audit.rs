@@ -448,6 +448,17 @@ impl Leaders {
     }
 }
 
+/// A connection to the leader of partition `partition` of `topic`.
+fn leader_of(bootstrap: &str, topic: &str, partition: i32) -> Result<RawClient, AuditError> {
+    let mut client = connect(bootstrap)?;
+    let leaders = leaders(&mut client, topic)?;
+    let addr = leaders.get(&partition).ok_or_else(|| AuditError::Broker {
+        code: 3,
+        what: format!("{topic} has no partition {partition}"),
+    })?;
+    RawClient::connect(addr)
+}
+
 /// Reads partition `partition` of `topic` from offset `from` to its end, from the partition's
 /// leader, and resolves every transaction from the COMMIT/ABORT markers in the log itself.
 pub fn read_partition(
@@ -456,13 +467,12 @@ pub fn read_partition(
     partition: i32,
     from: i64,
 ) -> Result<PartitionLog, AuditError> {
-    let mut committed = Vec::new();
-    let mut log = stream_partition(bootstrap, topic, partition, from, |r| {
-        committed.push(r);
-        Ok::<(), AuditError>(())
-    })?;
-    log.committed = committed;
-    Ok(log)
+    resolve(
+        &mut leader_of(bootstrap, topic, partition)?,
+        topic,
+        partition,
+        from,
+    )
 }
 
 /// Like [`read_partition`], but hands each committed record to `emit` as soon as it is resolved
@@ -475,13 +485,7 @@ pub fn stream_partition<E: From<AuditError>>(
     from: i64,
     emit: impl FnMut(RawRecord) -> Result<(), E>,
 ) -> Result<PartitionLog, E> {
-    let mut client = connect(bootstrap)?;
-    let leaders = leaders(&mut client, topic)?;
-    let addr = leaders.get(&partition).ok_or_else(|| AuditError::Broker {
-        code: 3,
-        what: format!("{topic} has no partition {partition}"),
-    })?;
-    let mut leader = RawClient::connect(addr)?;
+    let mut leader = leader_of(bootstrap, topic, partition)?;
     resolve_each(&mut leader, topic, partition, from, emit)
 }
 

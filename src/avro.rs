@@ -19,15 +19,11 @@ use crate::sink::kafka::DeadLetterInfo;
 use crate::windowing::aggregate::AggSpec;
 use crate::windowing::engine::Pane;
 use crate::windowing::time::MAX_ABS_TIMESTAMP;
-use crate::windowing::trigger::Timing;
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::Schema;
 use std::collections::{BTreeMap, HashMap};
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
 
 /// The pane schema, `schemas/window_result.avsc`.
 pub const WINDOW_RESULT_SCHEMA: &str = include_str!("../schemas/window_result.avsc");
@@ -176,65 +172,11 @@ fn unwrap_nullable(s: &Schema) -> &Schema {
     s
 }
 
-/// A minimal HTTP/1.1 client for the Schema Registry (plain `http://` only).
-fn http(url: &str, method: &str, path: &str, body: Option<&str>) -> Result<(u16, String), String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| "only http:// registry URLs are supported".to_string())?;
-    let (host, prefix) = match rest.split_once('/') {
-        Some((h, p)) => (h, format!("/{}", p.trim_end_matches('/'))),
-        None => (rest, String::new()),
-    };
-    let hostport = if host.contains(':') {
-        host.to_string()
-    } else {
-        format!("{host}:80")
-    };
-    let addr = std::net::ToSocketAddrs::to_socket_addrs(&hostport)
-        .map_err(|e| e.to_string())?
-        .next()
-        .ok_or_else(|| format!("{hostport} does not resolve"))?;
-    let mut s =
-        TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    let body = body.unwrap_or("");
-    write!(
-        s,
-        "{method} {prefix}{path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/vnd.schemaregistry.v1+json, application/json\r\nContent-Type: application/vnd.schemaregistry.v1+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .map_err(|e| e.to_string())?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| "malformed HTTP response".to_string())?;
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    Ok((status, body))
-}
+/// Headers of every Schema Registry request.
+const REGISTRY_HEADERS: &str = "Accept: application/vnd.schemaregistry.v1+json, application/json\r\nContent-Type: application/vnd.schemaregistry.v1+json\r\n";
 
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].trim_start_matches("\r\n");
-    }
-    out
+fn http(url: &str, method: &str, path: &str, body: Option<&str>) -> Result<(u16, String), String> {
+    crate::http::request(url, method, path, REGISTRY_HEADERS, body.unwrap_or(""))
 }
 
 /// A Confluent-compatible Schema Registry.
@@ -529,12 +471,8 @@ impl AvroEncoder {
 
     /// A pane as a `WindowResult` record.
     pub fn pane(&self, p: &Pane, aggregations: &[AggSpec]) -> Result<Vec<u8>, AvroError> {
-        let timing = match p.timing {
-            Timing::Early => 0,
-            Timing::OnTime => 1,
-            Timing::Late => 2,
-            Timing::Retract => 3,
-        };
+        // The schema's enum symbols are in `Timing`'s declaration order.
+        let timing = p.timing as u32;
         let aggregates: HashMap<String, Value> = aggregations
             .iter()
             .zip(&p.values)
@@ -601,13 +539,18 @@ impl AvroEncoder {
     }
 }
 
+/// The Confluent wire-format header: magic byte 0 and the big-endian schema id.
+pub fn confluent_header(id: u32) -> [u8; 5] {
+    let [a, b, c, d] = id.to_be_bytes();
+    [0, a, b, c, d]
+}
+
 /// Encodes a value with `schema` (plain, or Confluent-framed with `id`): used by `produce` and
 /// tests to write input data.
 pub fn encode_value(schema: &Schema, id: Option<u32>, value: Value) -> Result<Vec<u8>, AvroError> {
     let mut out = Vec::with_capacity(128);
     if let Some(id) = id {
-        out.push(0);
-        out.extend_from_slice(&id.to_be_bytes());
+        out.extend_from_slice(&confluent_header(id));
     }
     let writer = GenericDatumWriter::builder(schema)
         .build()

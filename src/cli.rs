@@ -363,26 +363,10 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
 
 /// GETs `url` (http:// only); exit status 0 when it answers 200, 1 otherwise.
 fn probe(url: &str) -> anyhow::Result<i32> {
-    use std::io::Read;
-    let rest = url
-        .strip_prefix("http://")
-        .context("only http:// URLs are supported")?;
-    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let answer = (|| -> std::io::Result<String> {
-        let mut s = std::net::TcpStream::connect(host)?;
-        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
-        write!(
-            s,
-            "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut text = String::new();
-        s.read_to_string(&mut text)?;
-        Ok(text)
-    })();
-    match answer {
-        Ok(text) if text.split_whitespace().nth(1) == Some("200") => Ok(0),
-        Ok(text) => {
-            eprintln!("{url}: {}", text.lines().next().unwrap_or("no answer"));
+    match crate::http::request(url, "GET", "", "", "") {
+        Ok((200, _)) => Ok(0),
+        Ok((code, _)) => {
+            eprintln!("{url}: status {code}");
             Ok(1)
         }
         Err(e) => {

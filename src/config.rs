@@ -718,8 +718,14 @@ impl RawConfig {
         ))
     }
 
-    /// Reads a schema file (relative to the pipeline file's directory) and checks that it parses.
-    fn schema_file(&self, field: &str, path: &str, c: &mut Checker) -> Option<String> {
+    /// Reads a schema file (relative to the pipeline file's directory) and checks that it parses;
+    /// returns its text and the parsed schema.
+    fn schema_file(
+        &self,
+        field: &str,
+        path: &str,
+        c: &mut Checker,
+    ) -> Option<(String, apache_avro::Schema)> {
         let full = match &self.base_dir {
             Some(dir) if Path::new(path).is_relative() => dir.join(path),
             _ => Path::new(path).to_path_buf(),
@@ -730,7 +736,7 @@ impl RawConfig {
                 None
             }
             Ok(text) => match crate::avro::parse_schema(path, &text) {
-                Ok(_) => Some(text),
+                Ok(schema) => Some((text, schema)),
                 Err(e) => {
                     c.fail(field, e.to_string());
                     None
@@ -791,24 +797,24 @@ impl RawConfig {
             }
             Some(p) => self.schema_file("input.schema", p, c),
         };
-        if let Some(text) = &reader {
-            if let Ok(schema) = crate::avro::parse_schema("input.schema", text) {
-                for problem in crate::avro::check_paths(&schema, spec) {
-                    c.fail("input.schema", problem);
-                }
+        let reader = reader.map(|(text, schema)| {
+            for problem in crate::avro::check_paths(&schema, spec) {
+                c.fail("input.schema", problem);
             }
-        }
+            text
+        });
         let writer = i
             .writer_schema
             .as_ref()
-            .and_then(|p| self.schema_file("input.writer_schema", p, c));
+            .and_then(|p| self.schema_file("input.writer_schema", p, c))
+            .map(|(text, _)| text);
         let mut ids = BTreeMap::new();
         for (id, path) in &i.schema_ids {
             let field = format!("input.schema_ids.{id}");
             match id.parse::<u32>() {
                 Err(_) => c.fail(&field, "schema ids are unsigned 32-bit integers"),
                 Ok(n) => {
-                    if let Some(text) = self.schema_file(&field, path, c) {
+                    if let Some((text, _)) = self.schema_file(&field, path, c) {
                         ids.insert(n, text);
                     }
                 }

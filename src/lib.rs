@@ -24,6 +24,7 @@
 //!   output and state become durable).
 //! * [`metrics`] — every exported metric, named and described, and the `/metrics`, `/healthz`,
 //!   `/readyz` endpoint.
+//! * [`http`] — a minimal http:// client (Schema Registry, `tidemark probe`).
 //! * [`cli`] — the command line (`validate`, `simulate`, `run`, `produce`, `audit`).
 //!
 //! ARCHITECTURE.md describes how the pieces fit and the invariants they keep.
@@ -36,6 +37,7 @@ pub mod avro;
 pub mod cli;
 pub mod config;
 pub mod coordinator;
+pub mod http;
 pub mod metrics;
 pub mod produce;
 pub mod record;

@@ -206,10 +206,7 @@ pub fn run(o: &ProduceOptions) -> Result<u64, ProduceError> {
                 Format::Json => format!(r#"{{"id": "{user}", "ts": "not a time""#).into_bytes(),
                 Format::Avro => vec![0x02, 0xff],
                 Format::AvroConfluent(id) => {
-                    let mut b = vec![0];
-                    b.extend_from_slice(&id.to_be_bytes());
-                    b.extend_from_slice(&[0x02, 0xff]);
-                    b
+                    [&crate::avro::confluent_header(id)[..], &[0x02, 0xff]].concat()
                 }
             }
         } else {

@@ -109,19 +109,9 @@ impl InputProducer {
 }
 
 fn wait_ready(port: u16) {
-    use std::io::{Read, Write};
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let ready = std::net::TcpStream::connect(("127.0.0.1", port))
-            .ok()
-            .and_then(|mut s| {
-                write!(s, "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
-                let mut text = String::new();
-                s.read_to_string(&mut text).ok()?;
-                Some(text.starts_with("HTTP/1.1 200"))
-            })
-            .unwrap_or(false);
-        if ready {
+        if common::http_get(port, "/readyz").is_some_and(|(code, _)| code == 200) {
             return;
         }
         assert!(Instant::now() < deadline, "the member never became ready");
@@ -130,11 +120,7 @@ fn wait_ready(port: u16) {
 }
 
 fn scrape_aborted(port: u16) -> Option<f64> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
+    let (_, text) = common::http_get(port, "/metrics")?;
     Some(
         text.lines()
             .find_map(|l| l.strip_prefix(r#"tidemark_transactions_total{outcome="aborted"} "#))
@@ -151,11 +137,7 @@ fn injected_faults_never_lose_or_change_a_result() {
         mock.create_topic(t, PARTITIONS, 1).unwrap();
     }
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let cfg = dir.path().join("pipeline.toml");
     let text = common::pipeline(
         &bootstrap,

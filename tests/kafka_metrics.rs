@@ -4,34 +4,13 @@
 
 mod common;
 
+use common::{free_port, http_get as get};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 3;
 const EVENTS: u64 = 3_000;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// GET `path`; returns (status code, body), or None when nothing listens yet.
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n")?.1.to_string();
-    Some((status, body))
-}
 
 /// Parses Prometheus text into `name{labels}` → value.
 fn parse(body: &str) -> BTreeMap<String, f64> {

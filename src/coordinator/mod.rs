@@ -33,7 +33,7 @@ use crate::state::store::{StateStore, StoredOffsets};
 use crate::windowing::engine::{Admission, Engine, Pane, WINDOW_OPERATOR};
 use crate::windowing::trigger::Timing;
 use crate::windowing::watermark::WatermarkTracker;
-use metrics::{counter, gauge, histogram, Counter, Gauge};
+use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
@@ -66,7 +66,7 @@ struct Deliveries {
     /// Last delivered changelog offset per partition.
     changelog: Mutex<HashMap<i32, i64>>,
     /// `tidemark_records_out_total` handles per topic and partition.
-    out: Mutex<HashMap<(String, i32), Counter>>,
+    out: Mutex<HashMap<String, HashMap<i32, Counter>>>,
 }
 
 /// Producer context: counts deliveries; the opaque is 0 for output, `1 + partition` for changelog.
@@ -79,9 +79,14 @@ impl ProducerContext for TxnContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
         if let Ok(msg) = result {
+            // By topic name first, so a delivery allocates nothing once its counter exists.
             let mut out = self.0.out.lock().expect("lock");
-            let key = (msg.topic().to_string(), msg.partition());
-            out.entry(key)
+            if !out.contains_key(msg.topic()) {
+                out.insert(msg.topic().to_string(), HashMap::new());
+            }
+            out.get_mut(msg.topic())
+                .expect("inserted above")
+                .entry(msg.partition())
                 .or_insert_with(|| {
                     counter!(m::RECORDS_OUT, "topic" => msg.topic().to_string(),
                         "partition" => msg.partition().to_string())
@@ -187,6 +192,15 @@ struct PartGauges {
 }
 
 impl PartGauges {
+    /// Sets the watermark and its lag behind the wall clock `now` (nothing before the first
+    /// watermark).
+    fn set_watermark(&self, wm: i64, now: i64) {
+        if wm != i64::MIN {
+            self.watermark.set(wm as f64 / 1000.0);
+            self.watermark_lag.set((now - wm) as f64 / 1000.0);
+        }
+    }
+
     fn new(topic: &str, p: i32) -> PartGauges {
         let part = p.to_string();
         PartGauges {
@@ -238,6 +252,8 @@ pub struct Core {
     mode: Mode,
     health: Arc<Health>,
     batch: BatchOutcome,
+    /// `tidemark_record_lateness_seconds`, registered once: it is recorded on the per-record path.
+    lateness: Histogram,
     last_state_gauges: Option<Instant>,
     last_lag_update: Instant,
     /// Counters for logs: committed transactions, aborted transactions, panes, dead letters.
@@ -287,13 +303,7 @@ impl Core {
                 .headers(pane_headers(&p));
             self.send(record)?;
             self.counters[2] += 1;
-            let t = match p.timing {
-                Timing::Early => 0,
-                Timing::OnTime => 1,
-                Timing::Late => 2,
-                Timing::Retract => 3,
-            };
-            self.batch.panes[t] += 1;
+            self.batch.panes[p.timing as usize] += 1;
             self.batch.fired_at.push(fired_at);
             self.dirty = true;
         }
@@ -408,7 +418,7 @@ impl Core {
             return self.dead_letter(msg, info("future_timestamp", detail, None));
         }
         if wm != i64::MIN && ev.ts < wm {
-            histogram!(m::LATENESS).record((wm - ev.ts) as f64 / 1000.0);
+            self.lateness.record((wm - ev.ts) as f64 / 1000.0);
         }
         let admission = part
             .engine
@@ -448,11 +458,7 @@ impl Core {
             self.refresh_state_gauges();
             self.last_lag_update = Instant::now();
             for part in self.parts.values() {
-                let wm = part.engine.watermark();
-                if wm != i64::MIN {
-                    part.gauges.watermark.set(wm as f64 / 1000.0);
-                    part.gauges.watermark_lag.set((now - wm) as f64 / 1000.0);
-                }
+                part.gauges.set_watermark(part.engine.watermark(), now);
             }
         }
         self.send_panes(panes, now)
@@ -490,8 +496,7 @@ impl Core {
         let batch = std::mem::take(&mut self.batch);
         for (t, n) in batch.panes.iter().enumerate() {
             if *n > 0 {
-                let timing = ["EARLY", "ON_TIME", "LATE", "RETRACT"][t];
-                counter!(m::PANES, "timing" => timing).increment(*n);
+                counter!(m::PANES, "timing" => Timing::ALL[t].as_str()).increment(*n);
             }
         }
         for reason in batch.dead_letters {
@@ -505,11 +510,7 @@ impl Core {
             part.gauges
                 .records_in
                 .increment(std::mem::take(&mut part.batch_in));
-            let wm = part.engine.watermark();
-            if wm != i64::MIN {
-                part.gauges.watermark.set(wm as f64 / 1000.0);
-                part.gauges.watermark_lag.set((now - wm) as f64 / 1000.0);
-            }
+            part.gauges.set_watermark(part.engine.watermark(), now);
             part.gauges
                 .open_windows
                 .set(part.engine.pending_timers() as f64);
@@ -1039,6 +1040,7 @@ pub fn run(
         mode,
         health,
         batch: BatchOutcome::default(),
+        lateness: histogram!(m::LATENESS),
         last_state_gauges: None,
         last_lag_update: Instant::now(),
         counters: [0; 4],

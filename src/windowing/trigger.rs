@@ -62,6 +62,10 @@ pub enum Timing {
 }
 
 impl Timing {
+    /// Every timing in declaration order, which is also the order of `timing as usize`, of the
+    /// engine's pane counters and of the `Timing` enum symbols in `schemas/window_result.avsc`.
+    pub const ALL: [Timing; 4] = [Timing::Early, Timing::OnTime, Timing::Late, Timing::Retract];
+
     /// The upper-case name used in output and headers.
     pub fn as_str(&self) -> &'static str {
         match self {

@@ -29,11 +29,7 @@ impl Broker {
             "{} is missing: run scripts/install-deps.sh (scripts/test.sh does)",
             bin.display()
         );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let url = format!("tcp://{addr}");
         let child = Command::new(bin)
@@ -346,4 +342,19 @@ pub fn assert_exactly_once(broker: &str, s: &Scenario) {
         s.expected_dead,
         "dead letters"
     );
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET `path` from a member's metrics endpoint on `port`: (status, body), or None when nothing
+/// answers yet.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    tidemark::http::request(&format!("http://127.0.0.1:{port}"), "GET", path, "", "").ok()
 }
