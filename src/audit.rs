@@ -131,6 +131,8 @@ pub struct RawRecord {
     pub producer_id: i64,
     /// Whether the batch was transactional.
     pub transactional: bool,
+    /// The record's timestamp (epoch ms; the producer's create time for tidemark's records).
+    pub timestamp: i64,
     /// Key bytes.
     pub key: Option<Bytes>,
     /// Value bytes.
@@ -260,6 +262,12 @@ pub struct PartitionLog {
     pub aborted_offsets: Vec<i64>,
     /// Records of transactions with no marker yet.
     pub open: usize,
+    /// Offset of the first record of a transaction with no marker yet: everything before it is
+    /// resolved.
+    pub first_open: Option<i64>,
+    /// Per producer id with an open transaction, the timestamp of that transaction's first record
+    /// (a transaction cannot commit once it is older than its producer's transaction timeout).
+    pub open_since: BTreeMap<i64, i64>,
     /// The offset after the last record read.
     pub next_offset: i64,
 }
@@ -282,9 +290,19 @@ enum Fate {
 /// transaction's COMMIT or ABORT marker, and committed records are handed on in offset order as
 /// soon as every earlier record is resolved. Memory is bounded by the span of the oldest open
 /// transaction, not by the log.
+///
+/// A marker of producer P with epoch E resolves P's open records of epoch E or older. A data
+/// record of P with a *newer* epoch than P's open records means P was re-initialised (a new
+/// process with the same `transactional.id`): the older transaction can never commit any more,
+/// so its records are aborted even if the broker wrote no ABORT marker for them.
 struct StreamResolver {
     partition: i32,
     queue: VecDeque<(RawRecord, Fate)>,
+    /// Records popped from the queue so far: a record's queue position is its sequence number
+    /// minus this.
+    popped: usize,
+    /// Per producer id, the epoch and sequence numbers of its open records.
+    open: HashMap<i64, (i16, Vec<usize>)>,
     aborted_offsets: Vec<i64>,
     next_offset: i64,
 }
@@ -294,8 +312,17 @@ impl StreamResolver {
         StreamResolver {
             partition,
             queue: VecDeque::new(),
+            popped: 0,
+            open: HashMap::new(),
             aborted_offsets: Vec::new(),
             next_offset: from,
+        }
+    }
+
+    /// Sets the fate of the records with the given sequence numbers.
+    fn settle(&mut self, seqs: Vec<usize>, fate: Fate) {
+        for seq in seqs {
+            self.queue[seq - self.popped].1 = fate;
         }
     }
 
@@ -311,13 +338,34 @@ impl StreamResolver {
             } else {
                 Fate::Aborted
             };
-            for (rec, f) in self.queue.iter_mut() {
-                if *f == Fate::Open && rec.producer_id == r.producer_id {
-                    *f = fate;
-                }
+            if self
+                .open
+                .get(&r.producer_id)
+                .is_some_and(|(epoch, _)| *epoch <= r.producer_epoch)
+            {
+                let (_, seqs) = self.open.remove(&r.producer_id).expect("checked");
+                self.settle(seqs, fate);
             }
         } else {
+            let seq = self.popped + self.queue.len();
             let fate = if r.transactional {
+                use std::collections::hash_map::Entry;
+                let stale = match self.open.entry(r.producer_id) {
+                    Entry::Occupied(mut o) if o.get().0 < r.producer_epoch => {
+                        Some(std::mem::replace(o.get_mut(), (r.producer_epoch, vec![seq])).1)
+                    }
+                    Entry::Occupied(mut o) => {
+                        o.get_mut().1.push(seq);
+                        None
+                    }
+                    Entry::Vacant(v) => {
+                        v.insert((r.producer_epoch, vec![seq]));
+                        None
+                    }
+                };
+                if let Some(seqs) = stale {
+                    self.settle(seqs, Fate::Aborted);
+                }
                 Fate::Open
             } else {
                 Fate::Committed
@@ -327,6 +375,7 @@ impl StreamResolver {
                 offset: r.offset,
                 producer_id: r.producer_id,
                 transactional: r.transactional,
+                timestamp: r.timestamp,
                 key: r.key,
                 value: r.value,
                 headers: r
@@ -339,6 +388,7 @@ impl StreamResolver {
         }
         while self.queue.front().is_some_and(|(_, f)| *f != Fate::Open) {
             let (rec, fate) = self.queue.pop_front().expect("checked");
+            self.popped += 1;
             match fate {
                 Fate::Committed => emit(rec)?,
                 _ => self.aborted_offsets.push(rec.offset),
@@ -348,19 +398,50 @@ impl StreamResolver {
     }
 
     /// At the end of the log: hands on committed records still queued behind an open
-    /// transaction; returns how many records have no marker yet.
-    fn finish<E>(&mut self, emit: &mut impl FnMut(RawRecord) -> Result<(), E>) -> Result<usize, E> {
-        let mut open = 0;
+    /// transaction; returns the log's tail summary (without committed records).
+    fn finish<E>(
+        &mut self,
+        emit: &mut impl FnMut(RawRecord) -> Result<(), E>,
+    ) -> Result<PartitionLog, E> {
+        let mut log = PartitionLog {
+            next_offset: self.next_offset,
+            ..PartitionLog::default()
+        };
         while let Some((rec, fate)) = self.queue.pop_front() {
             match fate {
                 Fate::Committed => emit(rec)?,
                 Fate::Aborted => self.aborted_offsets.push(rec.offset),
-                Fate::Open => open += 1,
+                Fate::Open => {
+                    log.open += 1;
+                    log.first_open.get_or_insert(rec.offset);
+                    log.open_since
+                        .entry(rec.producer_id)
+                        .or_insert(rec.timestamp);
+                }
             }
         }
+        self.open.clear();
         self.aborted_offsets.sort_unstable();
-        Ok(open)
+        log.aborted_offsets = std::mem::take(&mut self.aborted_offsets);
+        Ok(log)
     }
+}
+
+/// Resolves the transactions of records already fetched from one partition's raw log (control
+/// records included, in offset order, starting at `from`): committed records go to `emit` in
+/// offset order, exactly as [`stream_partition`] hands them on. For tests and tools that hold a
+/// log in memory.
+pub fn resolve_records<E>(
+    partition: i32,
+    from: i64,
+    records: impl IntoIterator<Item = Record>,
+    mut emit: impl FnMut(RawRecord) -> Result<(), E>,
+) -> Result<PartitionLog, E> {
+    let mut resolver = StreamResolver::new(partition, from);
+    for r in records {
+        resolver.push(r, &mut emit)?;
+    }
+    resolver.finish(&mut emit)
 }
 
 /// Streams partition `p` of `topic` from `from` through a [`StreamResolver`]; committed records go
@@ -374,13 +455,7 @@ fn resolve_each<E: From<AuditError>>(
 ) -> Result<PartitionLog, E> {
     let mut resolver = StreamResolver::new(p, from);
     fetch_each(client, topic, p, 0, from, |r| resolver.push(r, &mut emit))?;
-    let open = resolver.finish(&mut emit)?;
-    Ok(PartitionLog {
-        committed: Vec::new(),
-        aborted_offsets: std::mem::take(&mut resolver.aborted_offsets),
-        open,
-        next_offset: resolver.next_offset,
-    })
+    resolver.finish(&mut emit)
 }
 
 fn resolve(
@@ -573,6 +648,53 @@ pub fn check_panes(committed: &[RawRecord]) -> PaneReport {
     report
 }
 
+/// What the audit found in a dead-letter topic.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DeadLetterReport {
+    /// Committed dead letters (records with a `tidemark.reason` header).
+    pub dead_letters: usize,
+    /// Dead letters per reason.
+    pub by_reason: BTreeMap<String, usize>,
+    /// Source records (topic, partition, offset) dead-lettered more than once, with their counts.
+    pub duplicates: Vec<(String, i32, i64, usize)>,
+    /// Committed records without the dead-letter headers.
+    pub not_dead_letters: usize,
+}
+
+/// Checks committed dead-letter records: each source record (topic, partition, offset) must be
+/// dead-lettered at most once.
+pub fn check_dead_letters(committed: &[RawRecord]) -> DeadLetterReport {
+    let mut report = DeadLetterReport::default();
+    let mut seen: BTreeMap<(String, i32, i64), usize> = BTreeMap::new();
+    for r in committed {
+        let reason = header(r, "tidemark.reason");
+        let topic = header(r, "tidemark.source_topic");
+        let partition = header(r, "tidemark.source_partition").and_then(|s| s.parse().ok());
+        let offset = header(r, "tidemark.source_offset").and_then(|s| s.parse().ok());
+        match (reason, topic, partition, offset) {
+            (Some(reason), Some(topic), Some(partition), Some(offset)) => {
+                report.dead_letters += 1;
+                *report.by_reason.entry(reason.to_string()).or_default() += 1;
+                *seen
+                    .entry((topic.to_string(), partition, offset))
+                    .or_default() += 1;
+            }
+            _ => report.not_dead_letters += 1,
+        }
+    }
+    report.duplicates = seen
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|((t, p, o), n)| (t, p, o, n))
+        .collect();
+    report
+}
+
+/// Whether a committed record is a dead letter (it has a `tidemark.reason` header).
+pub fn is_dead_letter(r: &RawRecord) -> bool {
+    header(r, "tidemark.reason").is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -604,16 +726,12 @@ mod tests {
     /// Feeds records through the resolver; returns emitted values, aborted offsets, open count.
     fn run(records: Vec<Record>) -> (Vec<String>, Vec<i64>, usize, i64) {
         let mut out = Vec::new();
-        let mut emit = |r: RawRecord| {
+        let log = resolve_records(0, 0, records, |r: RawRecord| {
             out.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
             Ok::<(), AuditError>(())
-        };
-        let mut res = StreamResolver::new(0, 0);
-        for r in records {
-            res.push(r, &mut emit).unwrap();
-        }
-        let open = res.finish(&mut emit).unwrap();
-        (out, res.aborted_offsets.clone(), open, res.next_offset)
+        })
+        .unwrap();
+        (out, log.aborted_offsets, log.open, log.next_offset)
     }
 
     #[test]
@@ -651,6 +769,32 @@ mod tests {
         assert_eq!(out, ["b", "f", "e"]);
         assert_eq!(aborted, [0, 2]);
         assert_eq!(open, 1);
+    }
+
+    #[test]
+    fn a_re_initialised_producer_never_commits_its_old_epochs_open_records() {
+        // pid 1 epoch 0 leaves a@0 open (its process was killed, and no ABORT marker was
+        // written); the restarted process (same transactional id: pid 1, epoch 1) writes b@1 and
+        // commits: only b is committed, a is aborted.
+        let mut old = rec(0, 1, true, None, "a");
+        old.producer_epoch = 0;
+        let mut new = rec(1, 1, true, None, "b");
+        new.producer_epoch = 1;
+        let mut commit = rec(2, 1, true, Some(1), "");
+        commit.producer_epoch = 1;
+        let (out, aborted, open, _) = run(vec![old, new, commit]);
+        assert_eq!(out, ["b"]);
+        assert_eq!(aborted, [0]);
+        assert_eq!(open, 0);
+        // An ABORT marker written with the bumped epoch (as Kafka does when it fences) resolves
+        // the older epoch's records.
+        let mut old = rec(0, 1, true, None, "a");
+        old.producer_epoch = 3;
+        let mut abort = rec(1, 1, true, Some(0), "");
+        abort.producer_epoch = 4;
+        let (out, aborted, open, _) = run(vec![old, abort]);
+        assert!(out.is_empty());
+        assert_eq!((aborted, open), (vec![0], 0));
     }
 
     #[test]
