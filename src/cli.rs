@@ -120,7 +120,8 @@ pub enum Command {
         #[arg(long)]
         url: String,
     },
-    /// Read a topic's raw log, resolve its transactions, and check panes for duplicates and gaps.
+    /// Read a topic's raw log, resolve its transactions, and check panes for duplicates and gaps
+    /// (or, on a dead-letter topic, that each source record is dead-lettered once).
     Audit {
         /// Bootstrap servers.
         #[arg(long, env = "TIDEMARK_BOOTSTRAP_SERVERS")]
@@ -345,6 +346,26 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 log.open,
                 log.aborted_served_to_read_committed
             );
+            // A topic of dead letters is checked per source record; any other as panes.
+            let dead = audit::check_dead_letters(&log.committed);
+            if dead.dead_letters > 0 && report.panes == 0 {
+                let reasons: Vec<String> = dead
+                    .by_reason
+                    .iter()
+                    .map(|(r, n)| format!("{r} {n}"))
+                    .collect();
+                eprintln!(
+                    "dead letters: {} ({}); {} source records dead-lettered more than once; {} records without dead-letter headers",
+                    dead.dead_letters,
+                    reasons.join(", "),
+                    dead.duplicates.len(),
+                    dead.not_dead_letters
+                );
+                for (t, p, o, n) in dead.duplicates.iter().take(20) {
+                    eprintln!("  duplicate: {t}/{p}@{o} dead-lettered {n} times");
+                }
+                return Ok(if dead.duplicates.is_empty() { 0 } else { 3 });
+            }
             eprintln!(
                 "panes: {} in {} windows; {} duplicated (dedup_id, pane_index); {} windows with pane-index gaps; {} records without pane headers",
                 report.panes,
@@ -386,7 +407,7 @@ fn printable(
     let Some(framing) = framing else {
         return Ok(String::from_utf8_lossy(value).into_owned());
     };
-    let dead_letter = r.headers.iter().any(|(k, _)| k == "tidemark.reason");
+    let dead_letter = audit::is_dead_letter(r);
     let text = if dead_letter {
         crate::avro::DEAD_LETTER_SCHEMA
     } else {

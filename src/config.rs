@@ -101,9 +101,14 @@ pub struct RawKafka {
     /// Consumer group id and prefix of every topic and transactional id (default: the pipeline name).
     #[serde(default)]
     pub application_id: Option<String>,
-    /// Unique, stable id of this member (default: random per process); part of the transactional id.
+    /// Unique, stable id of this member (default: random per process); part of the transactional
+    /// id and, when set, the consumer's `group.instance.id` (static membership).
     #[serde(default)]
     pub instance_id: Option<String>,
+    /// Use `instance_id` as the consumer's `group.instance.id` (default: true when `instance_id`
+    /// is set). Turn off for brokers whose static membership misbehaves.
+    #[serde(default)]
+    pub static_membership: Option<bool>,
     /// The input topic.
     pub input_topic: String,
     /// Where panes go.
@@ -145,6 +150,10 @@ pub struct KafkaSpec {
     pub application_id: String,
     /// This member's id.
     pub instance_id: String,
+    /// Whether `instance_id` is also the consumer's `group.instance.id` (static membership: a
+    /// member that restarts within the session timeout gets its partitions back without a
+    /// rebalance). On by default when `instance_id` is configured, not generated.
+    pub static_membership: bool,
     /// Input topic.
     pub input_topic: String,
     /// Output topic.
@@ -968,6 +977,22 @@ impl RawConfig {
                 );
             }
         }
+        if k.static_membership == Some(true) && k.instance_id.is_none() {
+            c.fail(
+                "kafka.static_membership",
+                "needs kafka.instance_id (the group.instance.id must be stable across restarts)",
+            );
+        }
+        if let Some(reset) = k.properties.get("auto.offset.reset") {
+            if crate::source::reset_position(reset).is_none() {
+                c.fail(
+                    "kafka.properties.auto.offset.reset",
+                    format!(
+                        "{reset:?}: use earliest, latest (or smallest, largest, beginning, end)"
+                    ),
+                );
+            }
+        }
         let commit_interval = c.duration(
             "kafka.commit_interval",
             k.commit_interval.as_deref(),
@@ -995,6 +1020,7 @@ impl RawConfig {
         });
         Some(KafkaSpec {
             bootstrap_servers: k.bootstrap_servers.clone(),
+            static_membership: k.static_membership.unwrap_or(k.instance_id.is_some()),
             instance_id,
             input_topic: k.input_topic.clone(),
             output_topic: k.output_topic.clone(),

@@ -49,7 +49,12 @@ pub const TRANSACTIONS: &str = "tidemark_transactions_total";
 pub const RESTORE_RECORDS: &str = "tidemark_restore_records_total";
 /// Duration of one partition's restore from the changelog.
 pub const RESTORE_DURATION: &str = "tidemark_restore_duration_seconds";
-/// Rebalance callbacks by `kind` (assign, revoke).
+/// Time a restore waited for open changelog transactions to resolve.
+pub const RESTORE_OPEN_WAIT: &str = "tidemark_restore_open_wait_seconds";
+/// Assignments where the consumer group's committed offset (a hint) disagreed with the offset
+/// the changelog's committed transactions say; label `partition`. The log's offset is used.
+pub const GROUP_OFFSET_MISMATCHES: &str = "tidemark_group_offset_mismatches_total";
+/// Rebalance callbacks by `kind` (assign, revoke, lost).
 pub const REBALANCES: &str = "tidemark_rebalances_total";
 /// Input partitions currently assigned to this member.
 pub const ASSIGNED_PARTITIONS: &str = "tidemark_assigned_partitions";
@@ -73,6 +78,8 @@ pub const ALL: &[&str] = &[
     TRANSACTIONS,
     RESTORE_RECORDS,
     RESTORE_DURATION,
+    RESTORE_OPEN_WAIT,
+    GROUP_OFFSET_MISMATCHES,
     REBALANCES,
     ASSIGNED_PARTITIONS,
     CONSUMER_LAG,
@@ -136,7 +143,19 @@ pub fn describe() {
         Unit::Seconds,
         "Partition restore duration."
     );
-    describe_counter!(REBALANCES, "Rebalance callbacks by kind.");
+    describe_histogram!(
+        RESTORE_OPEN_WAIT,
+        Unit::Seconds,
+        "Time a restore waited for open changelog transactions."
+    );
+    describe_counter!(
+        GROUP_OFFSET_MISMATCHES,
+        "Assignments where the group offset disagreed with the changelog."
+    );
+    describe_counter!(
+        REBALANCES,
+        "Rebalance callbacks by kind (assign, revoke, lost)."
+    );
     describe_gauge!(
         ASSIGNED_PARTITIONS,
         "Input partitions assigned to this member."

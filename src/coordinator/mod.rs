@@ -6,9 +6,11 @@
 //! durable. **It is the only place where offsets, output and state become durable**:
 //!
 //! 1. produce the changelog: every state entry changed since the last cycle, full value or
-//!    tombstone, stamped with the input offset this transaction commits;
+//!    tombstone, stamped with the input offset this transaction commits, and an offset marker for
+//!    every input partition the transaction consumed from (the log's record of that offset);
 //! 2. await the delivery of everything produced in the transaction;
-//! 3. `send_offsets_to_transaction` with the consumer's group metadata (KIP-447 fencing);
+//! 3. `send_offsets_to_transaction` with the consumer's group metadata (a hint for tools, and
+//!    KIP-447 fencing on brokers that check the generation);
 //! 4. `commit_transaction`;
 //! 5. write each partition's state batch to RocksDB together with its input offset and changelog
 //!    offset, in one WriteBatch;
@@ -19,6 +21,13 @@
 //! to its committed offset and carries on; a fatal error, or fencing, stops the process with a
 //! non-zero exit (abort is never called after fencing). Transaction calls block, so the whole loop
 //! runs on a dedicated thread, never on async workers.
+//!
+//! **The log is the only truth.** On assignment a partition's starting offset is what its
+//! changelog's committed transactions say ([`crate::state::changelog`]); the consumer is assigned
+//! that offset explicitly, and the group's committed offset is read only to warn when it
+//! disagrees. A revocation commits first; a *lost* assignment (session expired, poll interval
+//! exceeded) aborts the open transaction instead, since another member may already own the
+//! partitions.
 
 use crate::avro::{AvroEncoder, Framing, OutputFormat, SchemaRegistry};
 use crate::config::{KafkaSpec, PipelineSpec};
@@ -28,16 +37,19 @@ use crate::sink::json::encode_pane;
 use crate::sink::kafka::{dead_letter_headers, pane_headers, DeadLetterInfo};
 use crate::source::{consumer_config, producer_config};
 use crate::state::cache::Changes;
-use crate::state::changelog::{restore, STAMP_HEADER};
+use crate::state::changelog::{
+    restore, OpenPolicy, RestoreError, StartPosition, OFFSET_MARKER_KEY, STAMP_HEADER,
+};
 use crate::state::store::{StateStore, StoredOffsets};
 use crate::windowing::engine::{Admission, Engine, Pane, WINDOW_OPERATOR};
 use crate::windowing::trigger::Timing;
 use crate::windowing::watermark::WatermarkTracker;
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -170,10 +182,15 @@ fn with_retry(
 struct Part {
     engine: Engine,
     tracker: WatermarkTracker,
-    /// Offset after the last processed record.
-    next_offset: i64,
-    /// Input offset committed by the last transaction.
-    committed_offset: i64,
+    /// Offset after the last processed record; `None` until the first record when the log has no
+    /// committed offset for this partition.
+    next_offset: Option<i64>,
+    /// Input offset committed, as the log said at assignment and each commit since; `None` while
+    /// nothing has ever committed on this partition.
+    committed_offset: Option<i64>,
+    /// Offset of the first record processed since the assignment, where a partition without a
+    /// committed offset is rewound to.
+    first_seen: Option<i64>,
     /// Watermark tracker as of the last commit, restored on abort.
     committed_tracker: WatermarkTracker,
     cf: String,
@@ -251,6 +268,8 @@ pub struct Core {
     fatal: Option<String>,
     mode: Mode,
     health: Arc<Health>,
+    /// Where a partition on which nothing has ever committed starts (`auto.offset.reset`).
+    reset: Offset,
     batch: BatchOutcome,
     /// `tidemark_record_lateness_seconds`, registered once: it is recorded on the per-record path.
     lateness: Histogram,
@@ -355,7 +374,7 @@ impl Core {
         let Some(part) = self.parts.get_mut(&p) else {
             return Ok(()); // not (or no longer) ours
         };
-        if offset != part.next_offset {
+        if part.next_offset != Some(offset) {
             // Transaction markers take offsets, so small jumps are normal; going back is not.
             tracing::debug!(
                 partition = p,
@@ -364,6 +383,7 @@ impl Core {
                 "offset jump"
             );
         }
+        part.first_seen.get_or_insert(offset);
         if self.mode == Mode::Passthrough {
             let mut record = BaseRecord::with_opaque_to(&self.k.output_topic, 0usize);
             if let Some(k) = msg.key() {
@@ -372,7 +392,7 @@ impl Core {
             if let Some(v) = msg.payload() {
                 record = record.payload(v);
             }
-            part.next_offset = offset + 1;
+            part.next_offset = Some(offset + 1);
             part.batch_in += 1;
             self.batch_records += 1;
             self.dirty = true;
@@ -402,7 +422,7 @@ impl Core {
                 other => other.map_err(|e| e.to_string()),
             },
         };
-        part.next_offset = offset + 1;
+        part.next_offset = Some(offset + 1);
         part.batch_in += 1;
         self.batch_records += 1;
         self.dirty = true;
@@ -540,21 +560,29 @@ impl Core {
         for p in parts {
             let part = self.parts.get_mut(&p).expect("listed");
             let changes = part.engine.take_changes();
-            let stamp = part.next_offset.to_string();
+            // State changes without a processed record cannot happen (timers exist only for
+            // windows that received records), so every changed partition has an offset.
+            let Some(next) = part.next_offset else {
+                debug_assert!(changes.is_empty(), "state changed before any record");
+                all.push((p, changes));
+                continue;
+            };
+            let stamp = next.to_string();
+            let consumed = part.committed_offset != Some(next);
+            let topic = self.k.changelog_topic.as_str();
             for (key, value) in changes.iter() {
-                let headers = OwnedHeaders::new().insert(Header {
-                    key: STAMP_HEADER,
-                    value: Some(stamp.as_str()),
-                });
-                let mut record =
-                    BaseRecord::with_opaque_to(&self.k.changelog_topic, 1 + p as usize)
-                        .partition(p)
-                        .key(key)
-                        .headers(headers);
-                if let Some(v) = value {
-                    record = record.payload(v);
-                }
-                self.send(record)?;
+                self.send(changelog_record(topic, p, &stamp, key, value))?;
+            }
+            // The offset marker: the log's own record that this transaction commits `next`.
+            if consumed {
+                let marker = Some(stamp.as_bytes());
+                self.send(changelog_record(
+                    topic,
+                    p,
+                    &stamp,
+                    OFFSET_MARKER_KEY,
+                    marker,
+                ))?;
             }
             all.push((p, changes));
         }
@@ -585,8 +613,10 @@ impl Core {
     ) -> Result<(), CycleError> {
         let mut tpl = TopicPartitionList::new();
         for (&p, part) in &self.parts {
-            tpl.add_partition_offset(&self.k.input_topic, p, Offset::Offset(part.next_offset))
-                .map_err(|e| CycleError::Fatal(e.to_string()))?;
+            if let Some(next) = part.next_offset {
+                tpl.add_partition_offset(&self.k.input_topic, p, Offset::Offset(next))
+                    .map_err(|e| CycleError::Fatal(e.to_string()))?;
+            }
         }
         if tpl.count() == 0 {
             return Ok(());
@@ -615,7 +645,7 @@ impl Core {
         for (p, ch) in changes {
             let part = self.parts.get_mut(&p).expect("listed");
             let offsets = StoredOffsets {
-                input: Some(part.next_offset),
+                input: part.next_offset,
                 changelog: changelog.get(&p).map(|o| o + 1),
             };
             part.engine
@@ -673,18 +703,18 @@ impl Core {
             part.tracker = part.committed_tracker.clone();
             part.next_offset = part.committed_offset;
             part.batch_in = 0;
+            // Nothing committed yet: back to the first record this assignment processed (where
+            // the reset position led); nothing processed: the position has not moved.
+            let Some(to) = part.committed_offset.or(part.first_seen) else {
+                continue;
+            };
             tracing::info!(
                 partition = p,
-                offset = part.committed_offset,
+                offset = to,
                 "rewound to the committed offset"
             );
             consumer
-                .seek(
-                    &self.k.input_topic,
-                    p,
-                    Offset::Offset(part.committed_offset),
-                    timeout,
-                )
+                .seek(&self.k.input_topic, p, Offset::Offset(to), timeout)
                 .map_err(|e| RunError::Fatal(format!("seek partition {p}: {e}")))?;
         }
         self.batch_records = 0;
@@ -712,71 +742,67 @@ impl Core {
             .map(|(code, reason)| format!("fatal producer error {code:?}: {reason}"))
     }
 
-    /// Brings newly assigned partitions' state up to their committed offsets, then opens them.
+    /// Restores newly assigned partitions from their changelogs, opens them, and returns them with
+    /// the offset each must be read from: the offset the changelog's committed transactions say,
+    /// or the reset position where nothing has ever committed. The group's committed offset is
+    /// read only to warn when it disagrees.
     fn assign<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,
         tpl: &TopicPartitionList,
-    ) -> Result<(), RunError> {
+    ) -> Result<TopicPartitionList, RunError> {
         counter!(m::REBALANCES, "kind" => "assign").increment(1);
         self.health.set_ready(false);
-        let committed = consumer
-            .committed_offsets(tpl.clone(), Duration::from_secs(30))
-            .map_err(|e| RunError::Fatal(format!("reading committed offsets: {e}")))?;
-        for el in committed.elements() {
+        let hints = self.group_offsets(consumer, tpl);
+        let mut start_at = TopicPartitionList::new();
+        for el in tpl.elements() {
             let p = el.partition();
-            let committed = match el.offset() {
-                Offset::Offset(o) => o,
-                _ => 0,
-            };
             let cf = StateStore::cf_name(WINDOW_OPERATOR, p);
-            let stored = self
-                .store
-                .offsets(&cf)
-                .map_err(|e| RunError::Fatal(e.to_string()))?;
             let started = Instant::now();
-            if stored.input == Some(committed) {
-                tracing::info!(
-                    partition = p,
-                    committed,
-                    "local state is current; no restore"
-                );
-            } else {
-                let from = match stored {
-                    StoredOffsets {
-                        input: Some(i),
-                        changelog: Some(c),
-                    } if i < committed => c,
-                    _ => {
-                        self.store
-                            .drop_cf(&cf)
-                            .map_err(|e| RunError::Fatal(e.to_string()))?;
-                        0
-                    }
-                };
-                let stats = restore(
-                    &self.store,
-                    &cf,
-                    &self.k.bootstrap_servers,
-                    &self.k.changelog_topic,
-                    p,
-                    from,
-                    committed,
-                )
-                .map_err(|e| RunError::Fatal(format!("restoring partition {p}: {e}")))?;
-                counter!(m::RESTORE_RECORDS, "partition" => p.to_string())
-                    .increment(stats.applied as u64);
-                histogram!(m::RESTORE_DURATION).record(started.elapsed().as_secs_f64());
-                tracing::info!(
-                    partition = p,
-                    committed,
-                    from,
-                    applied = stats.applied,
-                    skipped = stats.skipped,
-                    ms = started.elapsed().as_millis() as u64,
-                    "restored partition state from the changelog"
-                );
+            let stats = self.restore_partition(&cf, p)?;
+            counter!(m::RESTORE_RECORDS, "partition" => p.to_string())
+                .increment(stats.applied as u64);
+            histogram!(m::RESTORE_DURATION).record(started.elapsed().as_secs_f64());
+            if !stats.waited.is_zero() {
+                histogram!(m::RESTORE_OPEN_WAIT).record(stats.waited.as_secs_f64());
             }
+            let hint = hints.as_ref().map(|h| h.get(&p).copied().flatten());
+            let start = StartPosition::decide(stats.committed, hint);
+            tracing::info!(
+                partition = p,
+                committed = ?stats.committed,
+                group_offset = ?hint.flatten(),
+                applied = stats.applied,
+                skipped = stats.skipped,
+                markers = stats.markers,
+                changelog_offset = stats.changelog_offset,
+                waited_ms = stats.waited.as_millis() as u64,
+                ms = started.elapsed().as_millis() as u64,
+                "partition restored from the changelog"
+            );
+            if start.group_disagrees {
+                tracing::warn!(
+                    partition = p,
+                    log = ?stats.committed,
+                    group = ?hint.flatten(),
+                    "the consumer group's committed offset disagrees with the changelog; the changelog's is used"
+                );
+                counter!(m::GROUP_OFFSET_MISMATCHES, "partition" => p.to_string()).increment(1);
+            }
+            let offset = match start.offset {
+                Some(o) => Offset::Offset(o),
+                None => {
+                    tracing::info!(
+                        partition = p,
+                        reset = ?self.reset,
+                        "no transaction has committed work on this partition: starting from the reset position"
+                    );
+                    self.reset
+                }
+            };
+            start_at
+                .add_partition_offset(&self.k.input_topic, p, offset)
+                .map_err(|e| RunError::Fatal(e.to_string()))?;
             let engine = Engine::open(&self.spec, &self.store, p)
                 .map_err(|e| RunError::Fatal(e.to_string()))?;
             // The watermark resumes from the one stored with the state, so replayed records are
@@ -788,8 +814,9 @@ impl Core {
                     engine,
                     committed_tracker: tracker.clone(),
                     tracker,
-                    next_offset: committed,
-                    committed_offset: committed,
+                    next_offset: start.offset,
+                    committed_offset: start.offset,
+                    first_seen: None,
                     cf,
                     batch_in: 0,
                     gauges: PartGauges::new(&self.k.input_topic, p),
@@ -798,28 +825,130 @@ impl Core {
         }
         gauge!(m::ASSIGNED_PARTITIONS).set(self.parts.len() as f64);
         self.health.set_ready(true);
-        Ok(())
+        Ok(start_at)
     }
 
-    /// Commits the open transaction, then closes the revoked partitions' state.
+    /// Restores one partition, retrying a failed read of the changelog (a leader that moved, a
+    /// broker that is busy) with backoff before giving up. A read never falls back to a guess.
+    fn restore_partition(
+        &self,
+        cf: &str,
+        p: i32,
+    ) -> Result<crate::state::changelog::RestoreStats, RunError> {
+        let policy = OpenPolicy {
+            transaction_timeout: Duration::from_millis(self.k.transaction_timeout as u64),
+            poll: Duration::from_millis(100),
+        };
+        let mut attempt = 0u32;
+        loop {
+            let k = &self.k;
+            match restore(
+                &self.store,
+                cf,
+                &k.bootstrap_servers,
+                &k.changelog_topic,
+                p,
+                policy,
+            ) {
+                Ok(stats) => return Ok(stats),
+                Err(RestoreError::Read(e)) if attempt < 6 => {
+                    attempt += 1;
+                    tracing::warn!(
+                        partition = p,
+                        attempt,
+                        "reading the changelog: {e}; retrying"
+                    );
+                    std::thread::sleep(Duration::from_millis(100 << attempt));
+                }
+                Err(e) => return Err(RunError::Fatal(format!("restoring partition {p}: {e}"))),
+            }
+        }
+    }
+
+    /// The group's committed offsets, only to compare with the log's; `None` when they could not
+    /// be read (a partition without one maps to `None`).
+    fn group_offsets<C: ConsumerContext>(
+        &self,
+        consumer: &BaseConsumer<C>,
+        tpl: &TopicPartitionList,
+    ) -> Option<HashMap<i32, Option<i64>>> {
+        match consumer.committed_offsets(tpl.clone(), Duration::from_secs(5)) {
+            Ok(committed) => Some(
+                committed
+                    .elements()
+                    .iter()
+                    .map(|e| match e.offset() {
+                        Offset::Offset(o) => (e.partition(), Some(o)),
+                        _ => (e.partition(), None),
+                    })
+                    .collect(),
+            ),
+            Err(e) => {
+                tracing::warn!("reading the group's committed offsets (only a hint): {e}");
+                None
+            }
+        }
+    }
+
+    /// Partitions leave this member. A revocation commits the open transaction first. A lost
+    /// assignment (session expired, poll interval exceeded) must not commit: another member may
+    /// own the partitions already, so the transaction is aborted and the remaining partitions
+    /// rewound.
     fn revoke<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,
         tpl: &TopicPartitionList,
+        lost: bool,
     ) -> Result<(), RunError> {
-        counter!(m::REBALANCES, "kind" => "revoke").increment(1);
-        self.commit(consumer)?;
+        let kind = if lost { "lost" } else { "revoke" };
+        counter!(m::REBALANCES, "kind" => kind).increment(1);
+        if !lost {
+            self.commit(consumer)?;
+        }
         for el in tpl.elements() {
             if let Some(part) = self.parts.remove(&el.partition()) {
-                tracing::info!(
-                    partition = el.partition(),
-                    cf = part.cf,
-                    "partition revoked"
-                );
+                if lost {
+                    tracing::warn!(
+                        partition = el.partition(),
+                        "assignment lost: the partition's uncommitted work is dropped"
+                    );
+                } else {
+                    tracing::info!(
+                        partition = el.partition(),
+                        cf = part.cf,
+                        "partition revoked"
+                    );
+                }
             }
         }
         gauge!(m::ASSIGNED_PARTITIONS).set(self.parts.len() as f64);
+        if lost && self.dirty {
+            self.abort_and_rewind(consumer, "the assignment was lost")?;
+        }
         Ok(())
+    }
+}
+
+/// A changelog record for partition `p`, stamped with the input offset its transaction commits;
+/// the opaque `1 + p` lets the delivery callback track the partition's last changelog offset.
+fn changelog_record<'a>(
+    topic: &'a str,
+    p: i32,
+    stamp: &'a str,
+    key: &'a [u8],
+    value: Option<&'a [u8]>,
+) -> BaseRecord<'a, [u8], [u8], usize> {
+    let headers = OwnedHeaders::new().insert(Header {
+        key: STAMP_HEADER,
+        value: Some(stamp),
+    });
+    let record = BaseRecord::with_opaque_to(topic, 1 + p as usize)
+        .partition(p)
+        .key(key)
+        .headers(headers);
+    match value {
+        Some(v) => record.payload(v),
+        None => record,
     }
 }
 
@@ -859,30 +988,49 @@ impl ClientContext for RebalanceContext {
 }
 
 impl ConsumerContext for RebalanceContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        match rebalance {
-            Rebalance::Assign(tpl) => {
-                tracing::info!(partitions = ?partitions_of(tpl), "rebalance: assigning")
+    /// Replaces librdkafka's default handling so that assigned partitions start at the offsets the
+    /// changelog says, never at the group's committed offset.
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        let mut core = self.core.lock().expect("lock");
+        let result = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                tracing::info!(partitions = ?partitions_of(tpl), "rebalance: assigning");
+                match core.assign(consumer, tpl) {
+                    Ok(start_at) if cooperative => consumer.incremental_assign(&start_at),
+                    Ok(start_at) => consumer.assign(&start_at),
+                    Err(e) => {
+                        core.fatal = Some(e.to_string());
+                        Ok(())
+                    }
+                }
             }
-            Rebalance::Revoke(tpl) => {
-                tracing::info!(partitions = ?partitions_of(tpl), "rebalance: revoking")
+            _ => {
+                // A revocation, a lost assignment, or an error (which librdkafka's default
+                // handler answers by dropping the assignment): the partitions leave this member.
+                let lost = err != RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS
+                    || consumer.assignment_lost();
+                tracing::info!(partitions = ?partitions_of(tpl), lost, error = ?err, "rebalance: revoking");
+                if let Err(e) = core.revoke(consumer, tpl, lost) {
+                    core.fatal = Some(e.to_string());
+                }
+                if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
             }
-            Rebalance::Error(e) => tracing::warn!("rebalance error: {e}"),
-        }
-        if let Rebalance::Revoke(tpl) = rebalance {
-            let mut core = self.core.lock().expect("lock");
-            if let Err(e) = core.revoke(consumer, tpl) {
-                core.fatal = Some(e.to_string());
-            }
-        }
-    }
-
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(tpl) = rebalance {
-            let mut core = self.core.lock().expect("lock");
-            if let Err(e) = core.assign(consumer, tpl) {
-                core.fatal = Some(e.to_string());
-            }
+        };
+        if let Err(e) = result {
+            core.fatal = Some(format!("applying the rebalance: {e}"));
         }
     }
 }
@@ -1024,6 +1172,16 @@ pub fn run(
         .begin_transaction()
         .map_err(|e| RunError::Fatal(format!("begin_transaction: {e}")))?;
     let (decoder, encoder) = codecs(&spec, &k)?;
+    let consumer_settings = consumer_config(&k);
+    let reset_name = consumer_settings
+        .get("auto.offset.reset")
+        .unwrap_or("earliest")
+        .to_string();
+    let reset = crate::source::reset_position(&reset_name).ok_or_else(|| {
+        RunError::Startup(format!(
+            "auto.offset.reset = {reset_name:?} is not supported"
+        ))
+    })?;
     let core = Arc::new(Mutex::new(Core {
         decoder,
         encoder,
@@ -1039,13 +1197,14 @@ pub fn run(
         fatal: None,
         mode,
         health,
+        reset,
         batch: BatchOutcome::default(),
         lateness: histogram!(m::LATENESS),
         last_state_gauges: None,
         last_lag_update: Instant::now(),
         counters: [0; 4],
     }));
-    let consumer: BaseConsumer<RebalanceContext> = consumer_config(&k)
+    let consumer: BaseConsumer<RebalanceContext> = consumer_settings
         .create_with_context(RebalanceContext {
             core: core.clone(),
             input_topic: k.input_topic.clone(),

@@ -3,10 +3,22 @@
 //!
 //! The consumer reads with `read_committed` isolation, never commits offsets itself (offsets are
 //! committed only inside transactions by the coordinator), and uses the cooperative-sticky
-//! assignor. User properties from `[kafka.properties]` come last, except the ones tidemark owns.
+//! assignor. A configured `instance_id` is also its `group.instance.id` (static membership).
+//! User properties from `[kafka.properties]` come last, except the ones tidemark owns.
 
 use crate::config::KafkaSpec;
-use rdkafka::ClientConfig;
+use rdkafka::{ClientConfig, Offset};
+
+/// The position `auto.offset.reset` names, used for a partition on which no transaction has
+/// ever committed; `None` for a value tidemark does not accept (`error` included: a partition
+/// without committed work is normal for a new pipeline).
+pub fn reset_position(value: &str) -> Option<Offset> {
+    match value {
+        "earliest" | "smallest" | "beginning" => Some(Offset::Beginning),
+        "latest" | "largest" | "end" => Some(Offset::End),
+        _ => None,
+    }
+}
 
 /// Settings common to every client tidemark creates.
 pub fn base_config(k: &KafkaSpec) -> ClientConfig {
@@ -33,6 +45,9 @@ pub fn consumer_config(k: &KafkaSpec) -> ClientConfig {
         "fetch.wait.max.ms",
         (k.commit_interval / 5).clamp(5, 500).to_string(),
     );
+    if k.static_membership {
+        c.set("group.instance.id", &k.instance_id);
+    }
     for (key, value) in base_config(k).config_map() {
         c.set(key, value);
     }

@@ -1,29 +1,46 @@
-//! The state changelog: how a partition's state is written to Kafka and restored from it.
+//! The state changelog: how a partition's state and committed input offset are written to Kafka
+//! and read back.
 //!
-//! Every commit cycle produces, into the same transaction as the panes and the input offsets, one
+//! Every commit cycle produces, into the same transaction as the panes and the group offsets, one
 //! changelog record per changed state entry: key = the encoded state key, value = the full current
 //! value (or a tombstone), on the changelog partition equal to the input partition, with the header
-//! `tidemark.input_offset` = the input offset that transaction commits.
+//! `tidemark.input_offset` = the input offset that transaction commits (its *stamp*). For every
+//! input partition the transaction consumed from, it also writes an **offset marker**: key
+//! [`OFFSET_MARKER_KEY`] (a tag no state entry uses, so compaction keeps the latest marker and the
+//! marker never enters the state), value and stamp = that offset.
 //!
-//! **Restore rule.** A restore reads the changelog partition's *raw* log (with
-//! [`crate::audit::stream_partition`]), resolves each transaction from its COMMIT/ABORT marker, and
-//! applies, in log order with the last write winning, only records that (1) belong to a committed
-//! transaction and (2) carry a stamp no greater than the group's committed input offset. Rule 1
-//! never trusts the broker to hide aborted records (Tansu serves them to read_committed consumers).
-//! Rule 2 guards against a transaction that is still open when the restore reads the log and might
-//! commit later: its stamp lies beyond the committed offset, so it is skipped, and its input will be
-//! processed again by this member. A committed transaction's stamp is always at most the committed
-//! offset, since that transaction committed the offset itself.
+//! **The log is the only truth.** The committed input offset of a partition is the highest stamp
+//! of a record of a COMMITTED transaction in its changelog partition, with transactions resolved
+//! from the COMMIT/ABORT markers in the raw log ([`crate::audit::stream_partition`]). Neither the
+//! broker's `read_committed` filtering (Tansu serves aborted records) nor the consumer group's
+//! committed offset (Tansu applies transactional offsets late and out of order) is trusted; the
+//! group offset is only compared with it.
+//!
+//! **Restore rule.** A restore applies, in log order with the last write winning, every state
+//! record of a committed transaction, and takes the highest committed stamp as the committed input
+//! offset. A transaction with no marker yet may still commit (Apache Kafka writes the markers
+//! after `EndTxn` returns), so a restore waits for open transactions to resolve, and gives up on
+//! one only when it is older than the transaction timeout (a broker aborts such a transaction; it
+//! can no longer commit). It then stores the offset of the first such record as the changelog
+//! position, so a later restore reads it again.
 
-use crate::audit::{stream_partition, AuditError, RawRecord};
+use crate::audit::{stream_partition, AuditError, PartitionLog, RawRecord};
 use crate::state::store::{StateStore, StoreError, StoredOffsets};
 use rocksdb::WriteBatch;
+use std::time::{Duration, Instant};
 
 /// Changelog records applied per RocksDB write during a restore.
 const RESTORE_CHUNK: usize = 1_000;
 
 /// Header carrying the input offset a changelog record's transaction commits.
 pub const STAMP_HEADER: &str = "tidemark.input_offset";
+
+/// Key of the offset marker record. State keys start with a tag byte of 1 or more
+/// ([`super::keys`]), so tag 0 never collides with one.
+pub const OFFSET_MARKER_KEY: &[u8] = b"\x00tidemark.offset";
+
+/// Kafka's OFFSET_OUT_OF_RANGE error code: the stored changelog position is past the log's end.
+const OFFSET_OUT_OF_RANGE: i16 = 1;
 
 /// Errors of a restore.
 #[derive(Debug, thiserror::Error)]
@@ -36,82 +53,466 @@ pub enum RestoreError {
     Store(#[from] StoreError),
 }
 
-/// What a restore did.
+/// What a restore did and found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RestoreStats {
-    /// Changelog records applied.
+    /// Changelog state records applied.
     pub applied: usize,
-    /// Records skipped: aborted or open transactions, or stamped beyond the committed offset.
+    /// Records skipped: of aborted transactions, of transactions that never resolved, unkeyed.
     pub skipped: usize,
-    /// The changelog offset the restored state reflects.
+    /// Offset markers read.
+    pub markers: usize,
+    /// The committed input offset according to the log; `None` when no transaction that consumed
+    /// from this partition has ever committed.
+    pub committed: Option<i64>,
+    /// The changelog offset the restored state reflects (where the next restore starts).
     pub changelog_offset: i64,
+    /// Records of open transactions given up on because they are older than the transaction
+    /// timeout.
+    pub presumed_aborted: usize,
+    /// Time spent waiting for open transactions to resolve.
+    pub waited: Duration,
+    /// The stored position was past the log's end, so local state was dropped and rebuilt from
+    /// offset 0.
+    pub rebuilt: bool,
 }
 
-/// Brings column family `cf` up to the group's committed input offset `committed` from the
-/// changelog, starting at `from` (the stored changelog offset, or 0 after dropping local state).
+/// The stamp of a changelog record: the input offset its transaction commits.
+pub fn stamp(r: &RawRecord) -> Option<i64> {
+    r.headers
+        .iter()
+        .find(|(k, _)| k == STAMP_HEADER)
+        .and_then(|(_, v)| v.as_ref())
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|s| s.parse::<i64>().ok())
+}
+
+/// Folds committed changelog records, in log order, into state writes and the committed offset.
+#[derive(Debug, Default)]
+pub struct Fold {
+    /// The highest stamp seen.
+    pub committed: Option<i64>,
+    /// State records passed on.
+    pub applied: usize,
+    /// Unkeyed records.
+    pub skipped: usize,
+    /// Offset markers.
+    pub markers: usize,
+}
+
+/// What one committed changelog record does to the state.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StateWrite<'a> {
+    /// Put the full value of an entry.
+    Put(&'a [u8], &'a [u8]),
+    /// Delete an entry.
+    Delete(&'a [u8]),
+    /// Nothing (an offset marker or an unkeyed record).
+    None,
+}
+
+impl Fold {
+    /// Starts from the committed offset already reflected by local state, if any.
+    pub fn new(base: Option<i64>) -> Fold {
+        Fold {
+            committed: base,
+            ..Fold::default()
+        }
+    }
+
+    /// Takes one record of a committed transaction; returns what it does to the state.
+    pub fn record<'a>(&mut self, r: &'a RawRecord) -> StateWrite<'a> {
+        if let Some(s) = stamp(r) {
+            self.committed = Some(self.committed.map_or(s, |c| c.max(s)));
+        }
+        let Some(key) = r.key.as_deref() else {
+            self.skipped += 1;
+            return StateWrite::None;
+        };
+        if key == OFFSET_MARKER_KEY {
+            self.markers += 1;
+            return StateWrite::None;
+        }
+        self.applied += 1;
+        match r.value.as_deref() {
+            Some(v) => StateWrite::Put(key, v),
+            None => StateWrite::Delete(key),
+        }
+    }
+}
+
+/// How a restore treats transactions that are still open.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenPolicy {
+    /// The producers' transaction timeout: a transaction older than this cannot commit any more.
+    pub transaction_timeout: Duration,
+    /// How often the log is read again while waiting.
+    pub poll: Duration,
+}
+
+/// What to do with a log whose tail has open transactions, at wall-clock time `now_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenDecision {
+    /// Nothing is open: done.
+    Resolved,
+    /// Read again from this offset after a pause (an open transaction may still commit).
+    Wait(i64),
+    /// Every open transaction is older than the timeout: treat them as aborted; the state
+    /// reflects the log up to this offset.
+    GiveUp(i64),
+}
+
+impl OpenPolicy {
+    /// Decides, from a log's tail summary, whether to wait for its open transactions.
+    pub fn decide(&self, log: &PartitionLog, now_ms: i64) -> OpenDecision {
+        let Some(first) = log.first_open else {
+            return OpenDecision::Resolved;
+        };
+        let timeout = self.transaction_timeout.as_millis() as i64;
+        let youngest = log.open_since.values().copied().max().unwrap_or(i64::MIN);
+        if now_ms >= youngest.saturating_add(timeout) {
+            OpenDecision::GiveUp(first)
+        } else {
+            OpenDecision::Wait(first)
+        }
+    }
+}
+
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Where a restore starts: the stored changelog position and the committed offset local state
+/// already reflects, or nothing (then local state is dropped and the changelog read from 0).
+fn start_of(stored: StoredOffsets) -> Option<(i64, i64)> {
+    match stored {
+        StoredOffsets {
+            input: Some(i),
+            changelog: Some(c),
+        } => Some((c, i)),
+        _ => None,
+    }
+}
+
+/// Brings column family `cf` up to date with changelog partition `partition` and returns what
+/// the log says is committed.
+///
+/// Local state is kept when it has stored offsets: only the changelog after its stored position
+/// is read and applied on top (nothing, when local state is current). Without stored offsets, or
+/// when the stored position lies past the log's end (the changelog was recreated), the column
+/// family is dropped and rebuilt from offset 0.
 pub fn restore(
     store: &StateStore,
     cf: &str,
     bootstrap: &str,
     changelog_topic: &str,
     partition: i32,
-    from: i64,
-    committed: i64,
+    policy: OpenPolicy,
+) -> Result<RestoreStats, RestoreError> {
+    let stored = start_of(store.offsets(cf)?);
+    if stored.is_none() {
+        store.drop_cf(cf)?;
+    }
+    match restore_from(
+        store,
+        cf,
+        bootstrap,
+        changelog_topic,
+        partition,
+        stored,
+        policy,
+    ) {
+        Err(RestoreError::Read(AuditError::Broker { code, .. }))
+            if code == OFFSET_OUT_OF_RANGE && stored.is_some() =>
+        {
+            tracing::warn!(
+                partition,
+                stored = ?stored,
+                "the stored changelog position is past the changelog's end: rebuilding local state from offset 0"
+            );
+            store.drop_cf(cf)?;
+            let mut stats = restore_from(
+                store,
+                cf,
+                bootstrap,
+                changelog_topic,
+                partition,
+                None,
+                policy,
+            )?;
+            stats.rebuilt = true;
+            Ok(stats)
+        }
+        other => other,
+    }
+}
+
+fn restore_from(
+    store: &StateStore,
+    cf: &str,
+    bootstrap: &str,
+    changelog_topic: &str,
+    partition: i32,
+    stored: Option<(i64, i64)>,
+    policy: OpenPolicy,
 ) -> Result<RestoreStats, RestoreError> {
     store.ensure_cf(cf)?;
     let db = store.db();
     let handle = db
         .cf_handle(cf)
         .ok_or_else(|| StoreError::MissingCf(cf.to_string()))?;
+    let (mut from, base) = match stored {
+        Some((c, i)) => (c, Some(i)),
+        None => (0, None),
+    };
+    let mut fold = Fold::new(base);
     let mut stats = RestoreStats::default();
     let mut batch = WriteBatch::default();
-    // The log streams through in chunks, so a restore needs memory for one chunk, not the log.
-    // Chunks are written without offsets: if the restore is cut short, the stored offsets still
-    // say where it started, and running it again from there re-applies the same records in the
-    // same order over the partial result (puts and deletes of whole values), which converges.
-    let log = stream_partition(
-        bootstrap,
-        changelog_topic,
-        partition,
-        from,
-        |r: RawRecord| -> Result<(), RestoreError> {
-            let stamp = r
-                .headers
-                .iter()
-                .find(|(k, _)| k == STAMP_HEADER)
-                .and_then(|(_, v)| v.as_ref())
-                .and_then(|v| std::str::from_utf8(v).ok())
-                .and_then(|s| s.parse::<i64>().ok());
-            let Some(key) = r.key.as_ref() else {
-                stats.skipped += 1;
-                return Ok(());
-            };
-            if stamp.is_none_or(|s| s > committed) {
-                stats.skipped += 1;
-                return Ok(());
+    let started = Instant::now();
+    loop {
+        // The log streams through in chunks, so a restore needs memory for one chunk, not the
+        // log. Chunks are written without offsets: if the restore is cut short, the stored
+        // offsets still say where it started, and running it again from there re-applies the
+        // same records in the same order over the partial result (puts and deletes of whole
+        // values), which converges. Reading again from the first open record after a wait does
+        // the same.
+        let log = stream_partition(
+            bootstrap,
+            changelog_topic,
+            partition,
+            from,
+            |r: RawRecord| -> Result<(), RestoreError> {
+                match fold.record(&r) {
+                    StateWrite::Put(k, v) => batch.put_cf(&handle, k, v),
+                    StateWrite::Delete(k) => batch.delete_cf(&handle, k),
+                    StateWrite::None => return Ok(()),
+                }
+                if batch.len() >= RESTORE_CHUNK {
+                    store.write(std::mem::take(&mut batch))?;
+                }
+                Ok(())
+            },
+        )?;
+        stats.skipped += log.aborted_offsets.len();
+        match policy.decide(&log, wall_ms()) {
+            OpenDecision::Resolved => {
+                stats.changelog_offset = log.next_offset;
+                break;
             }
-            match &r.value {
-                Some(v) => batch.put_cf(&handle, key, v),
-                None => batch.delete_cf(&handle, key),
+            OpenDecision::GiveUp(first) => {
+                tracing::warn!(
+                    partition,
+                    records = log.open,
+                    first_offset = first,
+                    "changelog transactions older than the transaction timeout never resolved: treated as aborted"
+                );
+                stats.presumed_aborted = log.open;
+                stats.skipped += log.open;
+                stats.changelog_offset = first;
+                break;
             }
-            stats.applied += 1;
-            if batch.len() >= RESTORE_CHUNK {
-                store.write(std::mem::take(&mut batch))?;
+            OpenDecision::Wait(first) => {
+                if stats.waited.is_zero() {
+                    tracing::info!(
+                        partition,
+                        records = log.open,
+                        first_offset = first,
+                        "waiting for open changelog transactions to resolve"
+                    );
+                }
+                std::thread::sleep(policy.poll);
+                stats.waited = started.elapsed();
+                from = first;
             }
-            Ok(())
-        },
-    )?;
+        }
+    }
     drop(handle);
-    stats.skipped += log.aborted_offsets.len() + log.open;
-    stats.changelog_offset = log.next_offset;
+    stats.applied = fold.applied;
+    stats.markers = fold.markers;
+    stats.skipped += fold.skipped;
+    stats.committed = fold.committed;
     store.put_offsets(
         &mut batch,
         cf,
         StoredOffsets {
-            input: Some(committed),
-            changelog: Some(log.next_offset),
+            input: stats.committed,
+            changelog: Some(stats.changelog_offset),
         },
     )?;
     store.write(batch)?;
     Ok(stats)
+}
+
+/// Where a consumer starts reading an input partition, decided from the log alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartPosition {
+    /// The committed offset from the changelog; `None` = nothing committed: start from the
+    /// configured reset position.
+    pub offset: Option<i64>,
+    /// The consumer group's committed offset says something else (it is only a hint).
+    pub group_disagrees: bool,
+}
+
+impl StartPosition {
+    /// Decides from the log's committed offset alone. `group` is the group's committed offset
+    /// (inner `None`: the group has none), or `None` when it could not be read; it is only
+    /// compared.
+    pub fn decide(log: Option<i64>, group: Option<Option<i64>>) -> StartPosition {
+        StartPosition {
+            offset: log,
+            group_disagrees: group.is_some_and(|g| g != log),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::resolve_records;
+    use bytes::Bytes;
+    use kafka_protocol::records::{Record, TimestampType};
+
+    /// A changelog record: `key` None makes a control record of type `control`.
+    fn rec(
+        offset: i64,
+        pid: i64,
+        key: Option<&[u8]>,
+        stamp: Option<i64>,
+        control: Option<i16>,
+        ts: i64,
+    ) -> Record {
+        let key = match control {
+            Some(t) => Some(Bytes::from([[0u8, 0u8], t.to_be_bytes()].concat())),
+            None => key.map(Bytes::copy_from_slice),
+        };
+        let mut headers = kafka_protocol::indexmap::IndexMap::new();
+        if let Some(s) = stamp {
+            headers.insert(
+                kafka_protocol::protocol::StrBytes::from_static_str(STAMP_HEADER),
+                Some(Bytes::from(s.to_string())),
+            );
+        }
+        Record {
+            transactional: true,
+            control: control.is_some(),
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: pid,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset,
+            sequence: 0,
+            timestamp: ts,
+            key,
+            value: control.is_none().then(|| Bytes::from_static(b"v")),
+            headers,
+        }
+    }
+
+    const COMMIT: Option<i16> = Some(1);
+    const ABORT: Option<i16> = Some(0);
+
+    /// The committed offset a log gives, the state keys written, and the tail summary.
+    fn fold(records: Vec<Record>, base: Option<i64>) -> (Option<i64>, Vec<Vec<u8>>, PartitionLog) {
+        let mut fold = Fold::new(base);
+        let mut keys = Vec::new();
+        let log = resolve_records(0, 0, records, |r: RawRecord| {
+            if let StateWrite::Put(k, _) = fold.record(&r) {
+                keys.push(k.to_vec());
+            }
+            Ok::<(), AuditError>(())
+        })
+        .unwrap();
+        (fold.committed, keys, log)
+    }
+
+    #[test]
+    fn the_committed_offset_comes_from_committed_markers_only() {
+        let m = Some(OFFSET_MARKER_KEY);
+        // pid 1 commits input up to 100 (a state record and a marker), pid 2 aborts up to 250,
+        // pid 1 commits up to 180 with only a marker, pid 3 leaves 300 open.
+        let (committed, keys, log) = fold(
+            vec![
+                rec(0, 1, Some(b"\x01a"), Some(100), None, 0),
+                rec(1, 1, m, Some(100), None, 0),
+                rec(2, 1, None, None, COMMIT, 0),
+                rec(3, 2, Some(b"\x01b"), Some(250), None, 0),
+                rec(4, 2, m, Some(250), None, 0),
+                rec(5, 2, None, None, ABORT, 0),
+                rec(6, 1, m, Some(180), None, 0),
+                rec(7, 1, None, None, COMMIT, 0),
+                rec(8, 3, m, Some(300), None, 5_000),
+            ],
+            None,
+        );
+        assert_eq!(committed, Some(180));
+        // Only the committed state record reaches the state; markers never do.
+        assert_eq!(keys, vec![b"\x01a".to_vec()]);
+        assert_eq!((log.open, log.first_open), (1, Some(8)));
+        assert_eq!(log.open_since.get(&3), Some(&5_000));
+        assert_eq!(log.aborted_offsets, [3, 4]);
+    }
+
+    #[test]
+    fn a_stale_group_offset_never_wins_over_the_log() {
+        // The group says 0 (the test broker applies transactional offsets late); the log says 40.
+        let group_offset = Some(Some(0));
+        let (committed, _, _) = fold(
+            vec![
+                rec(0, 7, Some(OFFSET_MARKER_KEY), Some(40), None, 0),
+                rec(1, 7, None, None, COMMIT, 0),
+            ],
+            None,
+        );
+        let start = StartPosition::decide(committed, group_offset);
+        assert_eq!(start.offset, Some(40));
+        assert!(start.group_disagrees);
+        // A log with nothing committed starts from the reset position whatever the group says.
+        let start = StartPosition::decide(None, Some(Some(1234)));
+        assert_eq!(start.offset, None);
+        assert!(start.group_disagrees);
+        let start = StartPosition::decide(Some(40), Some(Some(40)));
+        assert!(!start.group_disagrees);
+        // A group offset that could not be read is no disagreement, and still never used.
+        let start = StartPosition::decide(Some(40), None);
+        assert_eq!((start.offset, start.group_disagrees), (Some(40), false));
+    }
+
+    #[test]
+    fn local_state_counts_as_the_base_of_the_tail() {
+        // Local state reflects input up to 500; the tail holds only a later aborted transaction.
+        let (committed, keys, _) = fold(
+            vec![
+                rec(10, 4, Some(b"\x01x"), Some(900), None, 0),
+                rec(11, 4, None, None, ABORT, 0),
+            ],
+            Some(500),
+        );
+        assert_eq!(committed, Some(500));
+        assert!(keys.is_empty());
+    }
+
+    #[test]
+    fn open_transactions_are_waited_for_until_they_time_out() {
+        let policy = OpenPolicy {
+            transaction_timeout: Duration::from_secs(10),
+            poll: Duration::from_millis(100),
+        };
+        let (_, _, log) = fold(
+            vec![
+                rec(0, 1, Some(b"\x01a"), Some(5), None, 1_000),
+                rec(1, 2, Some(b"\x01b"), Some(6), None, 4_000),
+            ],
+            None,
+        );
+        assert_eq!(policy.decide(&log, 5_000), OpenDecision::Wait(0));
+        // pid 1's transaction is too old at 13,999 but pid 2's is not.
+        assert_eq!(policy.decide(&log, 13_999), OpenDecision::Wait(0));
+        assert_eq!(policy.decide(&log, 14_000), OpenDecision::GiveUp(0));
+        let (_, _, resolved) = fold(vec![], None);
+        assert_eq!(policy.decide(&resolved, 0), OpenDecision::Resolved);
+    }
 }

@@ -91,6 +91,8 @@ pub struct Scenario {
     pub expected: Vec<String>,
     /// Expected number of dead letters.
     pub expected_dead: usize,
+    /// Event time of the last record of each partition: windows ending by it are expected.
+    pub cutoff: i64,
 }
 
 /// A pipeline file for `tidemark run` with a [kafka] section.
@@ -203,6 +205,7 @@ impl Scenario {
             records,
             expected,
             expected_dead,
+            cutoff,
         }
     }
 
@@ -252,21 +255,41 @@ pub fn simulate_expected(
     }
     let (mut expected, mut expected_dead) = (Vec::new(), 0);
     for lines in per_partition.values() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = tidemark::state::store::StateStore::open(tmp.path()).unwrap();
-        let (mut panes, mut dead) = (Vec::new(), Vec::new());
-        let input = lines.join("\n");
-        tidemark::simulate::run(&spec, &store, input.as_bytes(), &mut panes, &mut dead).unwrap();
-        expected_dead += String::from_utf8(dead).unwrap().lines().count();
-        for l in String::from_utf8(panes).unwrap().lines() {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let (panes, dead) = simulate_partition(&spec, lines);
+        expected_dead += dead.len();
+        for l in panes {
+            let v: serde_json::Value = serde_json::from_str(&l).unwrap();
             if v["window_end"].as_i64().unwrap() <= cutoff {
-                expected.push(l.to_string());
+                expected.push(l);
             }
         }
     }
     expected.sort();
     (expected, expected_dead)
+}
+
+/// Runs `tidemark simulate` over one partition's record values, in offset order: the pane lines
+/// and the dead letters (each with its `reason` and 1-based `line`, the record's position).
+pub fn simulate_partition(
+    spec: &tidemark::config::PipelineSpec,
+    lines: &[String],
+) -> (Vec<String>, Vec<serde_json::Value>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tidemark::state::store::StateStore::open(tmp.path()).unwrap();
+    let (mut panes, mut dead) = (Vec::new(), Vec::new());
+    let input = lines.join("\n");
+    tidemark::simulate::run(spec, &store, input.as_bytes(), &mut panes, &mut dead).unwrap();
+    let panes = String::from_utf8(panes)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let dead = String::from_utf8(dead)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (panes, dead)
 }
 
 /// Starts `tidemark run` on a pipeline file.

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# kill -9 -> the same partitions committing again, with and without static membership
+# (benches/restart.rs: its own Tansu broker, one member, live input). Prints one line per mode.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh >/dev/null
+exec cargo bench --bench restart "$@"
