@@ -57,7 +57,7 @@ fn start(dir: &Path, broker: &str, id: &str, incarnation: usize, keep_state: boo
     // (restarted members were never assigned again, for minutes), so members are dynamic unless
     // TIDEMARK_CHAOS_STATIC=1. Their instance ids, and so their transactional ids, stay stable.
     if !std::env::var("TIDEMARK_CHAOS_STATIC").is_ok_and(|v| v == "1") {
-        text = text.replace("[kafka]\n", "[kafka]\nstatic_membership = false\n");
+        text = common::dynamic(text);
     }
     std::fs::write(&cfg, text).unwrap();
     let log = std::fs::File::create(dir.join(format!("{id}-{incarnation}.log"))).unwrap();
@@ -69,6 +69,13 @@ fn start(dir: &Path, broker: &str, id: &str, incarnation: usize, keep_state: boo
         .stderr(log)
         .spawn()
         .unwrap()
+}
+
+/// Whether incarnation `incarnation` of member `id` had partitions (its log shows a restore).
+fn had_partitions(dir: &Path, id: &str, incarnation: usize) -> bool {
+    std::fs::read_to_string(dir.join(format!("{id}-{incarnation}.log")))
+        .unwrap_or_default()
+        .contains("partition restored from the changelog")
 }
 
 /// Counts member log lines that contain `needle`.
@@ -155,12 +162,15 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
 
     // The kills: a random member at a random moment, 1-4 s apart, restarted at once on its old
     // state directory or on an empty one, alternately.
-    let (mut kept, mut empty) = (0, 0);
+    let (mut kept, mut empty, mut working) = (0, 0, 0);
     for k in 0..kills {
         std::thread::sleep(Duration::from_millis(1_000 + next(&mut seed) % 3_000));
         let m = &mut members[(next(&mut seed) % MEMBERS as u64) as usize];
         m.child.kill().unwrap(); // SIGKILL
         m.child.wait().unwrap();
+        if had_partitions(dir.path(), &m.id, m.incarnation) {
+            working += 1;
+        }
         m.incarnation += 1;
         let keep = k % 2 == 0;
         if keep {
@@ -257,7 +267,7 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
         && failed_exits == 0
         && input_ok;
     println!(
-        "chaos: seed={seed0} kills={kills} (kept state {kept}, empty {empty}) input={} panes={}/{} missing={missing} extra={extra} duplicates={} gaps={} dead_letters={}/{} dead_missing={dead_missing} dead_duplicates={} open_txn_records={open} aborted_records={} restores={restores} group_offset_mismatches={mismatches} failed_exits={failed_exits} result={}",
+        "chaos: seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} of members holding partitions) input={} panes={}/{} missing={missing} extra={extra} duplicates={} gaps={} dead_letters={}/{} dead_missing={dead_missing} dead_duplicates={} open_txn_records={open} aborted_records={} restores={restores} group_offset_mismatches={mismatches} failed_exits={failed_exits} result={}",
         input.committed.len(),
         report.panes,
         expected.len(),

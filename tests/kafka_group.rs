@@ -1,5 +1,7 @@
 //! Group behaviour against a real broker: fencing of a zombie with the same transactional id, and
 //! members joining, leaving and dying while input flows. Output stays complete and exactly-once.
+//! Members are dynamic (see `common::dynamic`); static membership is exercised by kafka_crash.rs
+//! (one member restarted with its group.instance.id) and measured by benches/restart.rs.
 
 mod common;
 
@@ -16,7 +18,12 @@ fn a_fenced_member_exits_non_zero_and_nothing_is_duplicated() {
         let p = dir.path().join(format!("{name}.toml"));
         std::fs::write(
             &p,
-            pipeline(&broker.addr, &dir.path().join(name), Some("same"), ""),
+            dynamic(pipeline(
+                &broker.addr,
+                &dir.path().join(name),
+                Some("same"),
+                "",
+            )),
         )
         .unwrap();
         p
@@ -75,7 +82,12 @@ fn members_join_leave_and_die_without_loss_or_duplicates() {
         let p = dir.path().join(format!("{name}.toml"));
         std::fs::write(
             &p,
-            pipeline(&broker.addr, &dir.path().join(name), Some(name), ""),
+            dynamic(pipeline(
+                &broker.addr,
+                &dir.path().join(name),
+                Some(name),
+                "",
+            )),
         )
         .unwrap();
         p

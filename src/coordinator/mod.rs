@@ -1224,10 +1224,17 @@ pub fn run(
         }
         let step = match msg {
             Some(Ok(m)) => c.on_message(&m),
-            Some(Err(e)) => {
-                tracing::warn!("consumer: {e}");
-                Ok(())
-            }
+            Some(Err(e)) => match consumer.client().fatal_error() {
+                // Fencing of a static member by a newer one with the same group.instance.id, or
+                // another fatal consumer error: stop, as for a fatal producer error.
+                Some((code, reason)) => Err(CycleError::Fatal(format!(
+                    "fatal consumer error {code:?}: {reason} ({e})"
+                ))),
+                None => {
+                    tracing::warn!("consumer: {e}");
+                    Ok(())
+                }
+            },
             None => c.on_tick(),
         };
         let outcome = match step {

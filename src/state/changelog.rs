@@ -21,8 +21,8 @@
 //! offset. A transaction with no marker yet may still commit (Apache Kafka writes the markers
 //! after `EndTxn` returns), so a restore waits for open transactions to resolve, and gives up on
 //! one only when it is older than the transaction timeout (a broker aborts such a transaction; it
-//! can no longer commit). It then stores the offset of the first such record as the changelog
-//! position, so a later restore reads it again.
+//! can no longer commit), or when the restore has waited one timeout. It then stores the offset
+//! of the first such record as the changelog position, so a later restore reads it again.
 
 use crate::audit::{stream_partition, AuditError, PartitionLog, RawRecord};
 use crate::state::store::{StateStore, StoreError, StoredOffsets};
@@ -67,8 +67,8 @@ pub struct RestoreStats {
     pub committed: Option<i64>,
     /// The changelog offset the restored state reflects (where the next restore starts).
     pub changelog_offset: i64,
-    /// Records of open transactions given up on because they are older than the transaction
-    /// timeout.
+    /// Records of open transactions given up on (older than the transaction timeout, or still
+    /// open one timeout after the restore began).
     pub presumed_aborted: usize,
     /// Time spent waiting for open transactions to resolve.
     pub waited: Duration,
@@ -163,14 +163,21 @@ pub enum OpenDecision {
 }
 
 impl OpenPolicy {
-    /// Decides, from a log's tail summary, whether to wait for its open transactions.
-    pub fn decide(&self, log: &PartitionLog, now_ms: i64) -> OpenDecision {
+    /// Decides, from a log's tail summary, whether to wait for its open transactions. A wait ends
+    /// when every open transaction is older than the timeout, and in any case one timeout after
+    /// the restore began (`started_ms`): every transaction open then has resolved or timed out
+    /// by that time, and one that opened since was written by a producer that does not own the
+    /// partition, which must not hold the restore up for ever.
+    pub fn decide(&self, log: &PartitionLog, now_ms: i64, started_ms: i64) -> OpenDecision {
         let Some(first) = log.first_open else {
             return OpenDecision::Resolved;
         };
         let timeout = self.transaction_timeout.as_millis() as i64;
         let youngest = log.open_since.values().copied().max().unwrap_or(i64::MIN);
-        if now_ms >= youngest.saturating_add(timeout) {
+        let give_up_at = youngest
+            .saturating_add(timeout)
+            .min(started_ms.saturating_add(timeout));
+        if now_ms >= give_up_at {
             OpenDecision::GiveUp(first)
         } else {
             OpenDecision::Wait(first)
@@ -272,6 +279,7 @@ fn restore_from(
     let mut stats = RestoreStats::default();
     let mut batch = WriteBatch::default();
     let started = Instant::now();
+    let started_ms = wall_ms();
     loop {
         // The log streams through in chunks, so a restore needs memory for one chunk, not the
         // log. Chunks are written without offsets: if the restore is cut short, the stored
@@ -297,7 +305,7 @@ fn restore_from(
             },
         )?;
         stats.skipped += log.aborted_offsets.len();
-        match policy.decide(&log, wall_ms()) {
+        match policy.decide(&log, wall_ms(), started_ms) {
             OpenDecision::Resolved => {
                 stats.changelog_offset = log.next_offset;
                 break;
@@ -307,7 +315,7 @@ fn restore_from(
                     partition,
                     records = log.open,
                     first_offset = first,
-                    "changelog transactions older than the transaction timeout never resolved: treated as aborted"
+                    "changelog transactions did not resolve within the transaction timeout: treated as not committed"
                 );
                 stats.presumed_aborted = log.open;
                 stats.skipped += log.open;
@@ -508,11 +516,15 @@ mod tests {
             ],
             None,
         );
-        assert_eq!(policy.decide(&log, 5_000), OpenDecision::Wait(0));
+        assert_eq!(policy.decide(&log, 5_000, 5_000), OpenDecision::Wait(0));
         // pid 1's transaction is too old at 13,999 but pid 2's is not.
-        assert_eq!(policy.decide(&log, 13_999), OpenDecision::Wait(0));
-        assert_eq!(policy.decide(&log, 14_000), OpenDecision::GiveUp(0));
+        assert_eq!(policy.decide(&log, 13_999, 5_000), OpenDecision::Wait(0));
+        assert_eq!(policy.decide(&log, 14_000, 5_000), OpenDecision::GiveUp(0));
+        // Transactions that keep opening (a producer that does not own the partition) hold a
+        // restore up for one timeout at most.
+        assert_eq!(policy.decide(&log, 4_500, 1_000), OpenDecision::Wait(0));
+        assert_eq!(policy.decide(&log, 11_000, 1_000), OpenDecision::GiveUp(0));
         let (_, _, resolved) = fold(vec![], None);
-        assert_eq!(policy.decide(&resolved, 0), OpenDecision::Resolved);
+        assert_eq!(policy.decide(&resolved, 0, 0), OpenDecision::Resolved);
     }
 }

@@ -142,6 +142,14 @@ max_batch_records = 200
     )
 }
 
+/// The pipeline `text` with static membership turned off: members with an `instance_id` join
+/// as dynamic members. Tansu wedges a group whose static members restart or leave while others
+/// join (restarted members were never assigned again), so tests of dynamic group behaviour use
+/// this.
+pub fn dynamic(text: String) -> String {
+    text.replacen("[kafka]\n", "[kafka]\nstatic_membership = false\n", 1)
+}
+
 impl Scenario {
     /// `n` events over `partitions` partitions, an hour in the past, 30 keys, with disorder, one late
     /// and one malformed record every 1,000 events, and a far-ahead record per partition.
