@@ -771,6 +771,42 @@ mod tests {
         assert_eq!(open, 1);
     }
 
+    fn dead_letter(partition: &str, offset: &str, reason: &str) -> RawRecord {
+        let h = |k: &str, v: &str| (k.to_string(), Some(Bytes::from(v.to_string())));
+        RawRecord {
+            partition: 0,
+            offset: 0,
+            producer_id: 1,
+            transactional: true,
+            timestamp: 0,
+            key: None,
+            value: Some(Bytes::from_static(b"original")),
+            headers: vec![
+                h("tidemark.reason", reason),
+                h("tidemark.source_topic", "events"),
+                h("tidemark.source_partition", partition),
+                h("tidemark.source_offset", offset),
+            ],
+        }
+    }
+
+    #[test]
+    fn each_source_record_is_dead_lettered_once() {
+        let mut not_a_dead_letter = dead_letter("0", "1", "late");
+        not_a_dead_letter.headers.clear();
+        let report = check_dead_letters(&[
+            dead_letter("0", "5", "late"),
+            dead_letter("1", "5", "malformed"),
+            dead_letter("0", "5", "late"),
+            dead_letter("0", "6", "malformed"),
+            not_a_dead_letter,
+        ]);
+        assert_eq!(report.dead_letters, 4);
+        assert_eq!(report.duplicates, vec![("events".to_string(), 0, 5, 2)]);
+        assert_eq!(report.by_reason.get("malformed"), Some(&2));
+        assert_eq!(report.not_dead_letters, 1);
+    }
+
     #[test]
     fn a_re_initialised_producer_never_commits_its_old_epochs_open_records() {
         // pid 1 epoch 0 leaves a@0 open (its process was killed, and no ABORT marker was

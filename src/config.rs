@@ -1315,6 +1315,34 @@ dead_letter_topic = "clicks-dead"
     }
 
     #[test]
+    fn a_configured_instance_id_makes_the_member_static_unless_turned_off() {
+        let text = format!("{GOOD}{KAFKA}");
+        let (spec, _) = parse_raw(&text, no_env()).unwrap().validate().unwrap();
+        assert!(
+            !spec.kafka.unwrap().static_membership,
+            "generated id: dynamic"
+        );
+        let with_id = text.replace("[kafka]\n", "[kafka]\ninstance_id = \"host-1\"\n");
+        let (spec, _) = parse_raw(&with_id, no_env()).unwrap().validate().unwrap();
+        let k = spec.kafka.unwrap();
+        assert!(k.static_membership);
+        let consumer = crate::source::consumer_config(&k);
+        assert_eq!(consumer.get("group.instance.id"), Some("host-1"));
+        // Turned off from the environment, as compose or Kubernetes would.
+        let env = vec![(
+            "TIDEMARK__KAFKA__STATIC_MEMBERSHIP".to_string(),
+            "false".to_string(),
+        )];
+        let (spec, _) = parse_raw(&with_id, env).unwrap().validate().unwrap();
+        let k = spec.kafka.unwrap();
+        assert!(!k.static_membership);
+        assert_eq!(
+            crate::source::consumer_config(&k).get("group.instance.id"),
+            None
+        );
+    }
+
+    #[test]
     fn bad_kafka_settings_are_all_listed() {
         let text = format!("{GOOD}{KAFKA}")
             .replace("output_topic = \"clicks-out\"", "output_topic = \"clicks\"")
@@ -1324,8 +1352,9 @@ dead_letter_topic = "clicks-dead"
             )
             .replace(
                 "\"session.timeout.ms\" = \"6000\"",
-                "\"transactional.id\" = \"mine\"",
-            );
+                "\"transactional.id\" = \"mine\"\n\"auto.offset.reset\" = \"error\"",
+            )
+            .replace("[kafka]\n", "[kafka]\nstatic_membership = true\n");
         let ConfigError::Invalid(v) = parse_raw(&text, no_env()).unwrap().validate().unwrap_err()
         else {
             panic!("expected violations")
@@ -1336,6 +1365,8 @@ dead_letter_topic = "clicks-dead"
             "kafka",
             "kafka.properties.transactional.id",
             "kafka.commit_interval",
+            "kafka.properties.auto.offset.reset",
+            "kafka.static_membership",
         ] {
             assert!(fields.contains(&f), "{f} missing from {fields:?}");
         }

@@ -99,4 +99,25 @@ fn run_commits_what_simulate_computes() {
         reasons.iter().filter(|r| *r == "malformed").count(),
         PARTITIONS as usize
     );
+
+    // `tidemark audit` checks a dead-letter topic per source record, and finds no duplicate.
+    let audit = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args([
+            "audit",
+            "--bootstrap-servers",
+            &broker.addr,
+            "--topic",
+            "dead",
+        ])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&audit.stderr);
+    assert!(audit.status.success(), "audit of dead letters: {said}");
+    let expected = format!(
+        "dead letters: {} (late {}, malformed {}); 0 source records dead-lettered more than once",
+        2 * PARTITIONS,
+        PARTITIONS,
+        PARTITIONS
+    );
+    assert!(said.contains(&expected), "{said}");
 }

@@ -466,12 +466,17 @@ mod tests {
 
     #[test]
     fn a_stale_group_offset_never_wins_over_the_log() {
-        // The group says 0 (the test broker applies transactional offsets late); the log says 40.
+        // The group says 0 (the test broker applies transactional offsets late); the log has a
+        // committed transaction up to 40, an aborted one up to 90 and an open one up to 120.
+        let m = Some(OFFSET_MARKER_KEY);
         let group_offset = Some(Some(0));
         let (committed, _, _) = fold(
             vec![
-                rec(0, 7, Some(OFFSET_MARKER_KEY), Some(40), None, 0),
+                rec(0, 7, m, Some(40), None, 0),
                 rec(1, 7, None, None, COMMIT, 0),
+                rec(2, 8, m, Some(90), None, 0),
+                rec(3, 8, None, None, ABORT, 0),
+                rec(4, 9, m, Some(120), None, 0),
             ],
             None,
         );
