@@ -5,7 +5,9 @@
 //! and `{"$advance_processing_time": MS}` moves the processing-time clock (which starts at 0)
 //! forward. At end of input the watermark goes to plus infinity, so every remaining window fires.
 //! Panes are written as JSON lines; dead letters (reason `late` or `malformed`) carry the original
-//! line, its number and the watermark when it arrived.
+//! line, its number and the watermark when it arrived. No input line stops a simulation: a line
+//! that is not valid UTF-8 is a `malformed` dead letter that also keeps its bytes
+//! (`original_base64`).
 
 use crate::config::PipelineSpec;
 use crate::record::JsonDecoder;
@@ -14,6 +16,8 @@ use crate::state::store::StateStore;
 use crate::windowing::engine::{Admission, Engine, EngineError};
 use crate::windowing::time::MAX_ABS_TIMESTAMP;
 use crate::windowing::watermark::WatermarkTracker;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 
@@ -102,14 +106,37 @@ pub fn run(
         writeln!(dead_letters, "{obj}")
     };
 
-    for line in input.lines() {
-        let line = line?;
+    for bytes in input.split(b'\n') {
+        let mut bytes = bytes?;
+        if bytes.last() == Some(&b'\r') {
+            bytes.pop();
+        }
         summary.lines += 1;
         let line_no = summary.lines;
+        let wm = engine.watermark();
+        // A line that is not UTF-8 cannot be an event: a dead letter that keeps its bytes.
+        let line = match String::from_utf8(bytes) {
+            Ok(line) => line,
+            Err(e) => {
+                let valid_up_to = e.utf8_error().valid_up_to();
+                let bytes = e.into_bytes();
+                dead(
+                    &mut summary,
+                    line_no,
+                    &String::from_utf8_lossy(&bytes),
+                    "malformed",
+                    wm,
+                    json!({
+                        "detail": format!("not valid UTF-8 (byte {valid_up_to})"),
+                        "original_base64": BASE64.encode(&bytes),
+                    }),
+                )?;
+                continue;
+            }
+        };
         if line.trim().is_empty() {
             continue;
         }
-        let wm = engine.watermark();
         let value: Value = match serde_json::from_str(&line) {
             Ok(v) => v,
             Err(e) => {

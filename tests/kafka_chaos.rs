@@ -267,7 +267,7 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
         && failed_exits == 0
         && input_ok;
     println!(
-        "chaos: seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} of members holding partitions) input={} panes={}/{} missing={missing} extra={extra} duplicates={} gaps={} dead_letters={}/{} dead_missing={dead_missing} dead_duplicates={} open_txn_records={open} aborted_records={} restores={restores} group_offset_mismatches={mismatches} failed_exits={failed_exits} result={}",
+        "chaos: seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={} panes={}/{} missing={missing} extra={extra} duplicates={} gaps={} dead_letters={}/{} dead_missing={dead_missing} dead_duplicates={} open_txn_records={open} aborted_records={} restores={restores} group_offset_mismatches={mismatches} failed_exits={failed_exits} result={}",
         input.committed.len(),
         report.panes,
         expected.len(),
