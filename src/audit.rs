@@ -696,15 +696,24 @@ pub fn is_dead_letter(r: &RawRecord) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use kafka_protocol::records::TimestampType;
 
-    fn rec(offset: i64, pid: i64, transactional: bool, control: Option<i16>, v: &str) -> Record {
+    /// A raw-log record for tests: a control record of type `control` (0 = ABORT, 1 = COMMIT),
+    /// or a data record with `key` and `value`, stamped `ts`.
+    pub(crate) fn raw(
+        offset: i64,
+        pid: i64,
+        transactional: bool,
+        control: Option<i16>,
+        key: Option<Bytes>,
+        value: Bytes,
+        ts: i64,
+    ) -> Record {
         let key = match control {
-            // Control record key: version (i16) then type (i16): 0 = ABORT, 1 = COMMIT.
+            // Control record key: version (i16) then type (i16).
             Some(t) => Some(Bytes::from([[0u8, 0u8], t.to_be_bytes()].concat())),
-            None => Some(Bytes::from(format!("k{v}"))),
+            None => key,
         };
         Record {
             transactional,
@@ -713,14 +722,27 @@ mod tests {
             partition_leader_epoch: 0,
             producer_id: pid,
             producer_epoch: 0,
-            timestamp_type: TimestampType::Creation,
+            timestamp_type: kafka_protocol::records::TimestampType::Creation,
             offset,
             sequence: 0,
-            timestamp: 0,
+            timestamp: ts,
             key,
-            value: control.is_none().then(|| Bytes::from(v.to_string())),
+            value: control.is_none().then_some(value),
             headers: Default::default(),
         }
+    }
+
+    fn rec(offset: i64, pid: i64, transactional: bool, control: Option<i16>, v: &str) -> Record {
+        let key = Some(Bytes::from(format!("k{v}")));
+        raw(
+            offset,
+            pid,
+            transactional,
+            control,
+            key,
+            Bytes::from(v.to_string()),
+            0,
+        )
     }
 
     /// Feeds records through the resolver; returns emitted values, aborted offsets, open count.

@@ -380,10 +380,11 @@ impl StartPosition {
 mod tests {
     use super::*;
     use crate::audit::resolve_records;
+    use crate::audit::tests::raw;
     use bytes::Bytes;
-    use kafka_protocol::records::{Record, TimestampType};
+    use kafka_protocol::records::Record;
 
-    /// A changelog record: `key` None makes a control record of type `control`.
+    /// A transactional changelog record with an optional stamp; `control` makes it a marker.
     fn rec(
         offset: i64,
         pid: i64,
@@ -392,32 +393,23 @@ mod tests {
         control: Option<i16>,
         ts: i64,
     ) -> Record {
-        let key = match control {
-            Some(t) => Some(Bytes::from([[0u8, 0u8], t.to_be_bytes()].concat())),
-            None => key.map(Bytes::copy_from_slice),
-        };
-        let mut headers = kafka_protocol::indexmap::IndexMap::new();
+        let key = key.map(Bytes::copy_from_slice);
+        let mut r = raw(
+            offset,
+            pid,
+            true,
+            control,
+            key,
+            Bytes::from_static(b"v"),
+            ts,
+        );
         if let Some(s) = stamp {
-            headers.insert(
+            r.headers.insert(
                 kafka_protocol::protocol::StrBytes::from_static_str(STAMP_HEADER),
                 Some(Bytes::from(s.to_string())),
             );
         }
-        Record {
-            transactional: true,
-            control: control.is_some(),
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: pid,
-            producer_epoch: 0,
-            timestamp_type: TimestampType::Creation,
-            offset,
-            sequence: 0,
-            timestamp: ts,
-            key,
-            value: control.is_none().then(|| Bytes::from_static(b"v")),
-            headers,
-        }
+        r
     }
 
     const COMMIT: Option<i16> = Some(1);
