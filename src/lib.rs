@@ -14,11 +14,13 @@
 //!   triggers, mergeable aggregates and the [`windowing::engine::Engine`] that fires panes. It knows
 //!   nothing about Kafka, so it runs the same from a file, in tests and in `simulate`.
 //! * [`state`] — window state in RocksDB: the order-preserving key encoding, the store (column
-//!   families per operator and partition), and the typed write-back cache with timer indexes.
+//!   families per operator and partition), the typed write-back cache with timer indexes, and the
+//!   changelog: offset markers, and the restore that reads the committed input offset from the log.
 //! * [`sink`] — encodings of panes and dead letters.
 //! * [`simulate`] — `tidemark simulate`: a pipeline over a file of events and control lines.
-//! * [`audit`] — `tidemark audit`: resolves transactions from a topic's raw log and checks panes for
-//!   duplicates and gaps, without trusting the broker to hide aborted records.
+//! * [`audit`] — `tidemark audit`: resolves transactions from a topic's raw log (by producer id and
+//!   epoch) and checks panes for duplicates and gaps, and dead letters for repeats, without
+//!   trusting the broker to hide aborted records.
 //! * [`source`] — consumer and producer settings; [`coordinator`] — `tidemark run`: the group
 //!   member's loop, restore and rebalance, and the commit cycle (the only place where offsets,
 //!   output and state become durable).
