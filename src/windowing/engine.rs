@@ -389,8 +389,11 @@ impl Engine {
                 continue; // expired
             }
             let passed = wm >= w.end;
-            if passed && trigger.late == LateFiring::None {
-                continue; // the on-time pane was final
+            // With late firing `none` a window fires once: a passed window in state has fired
+            // (ON_TIME, or LATE once), and its pane was final. One that never received an
+            // element still owes its one firing, below.
+            if passed && trigger.late == LateFiring::None && ks.windows.contains_key(&w) {
+                continue;
             }
             accepted = true;
             let existed = ks.windows.contains_key(&w);
@@ -439,7 +442,10 @@ impl Engine {
             .collect();
         let merged = overlapping.iter().fold(proto, |m, w| m.span(w));
         let passed = wm >= merged.end;
-        if passed && trigger.late == LateFiring::None {
+        // With late firing `none`, sessions the event would merge with have passed, so they
+        // fired their final pane; a new session that has passed never fired and owes its one
+        // (LATE) firing.
+        if passed && trigger.late == LateFiring::None && !overlapping.is_empty() {
             return Ok(self.late());
         }
         let mut timers = std::mem::take(&mut self.scratch);
@@ -529,10 +535,23 @@ impl Engine {
             g.end_after(wm)
         };
         let has_open = open_from <= last_end;
-        if !has_open && trigger.late == LateFiring::None {
+        let ks = self.state.key_mut(&ev.key, &rules)?;
+        // The passed, unexpired windows of this slice: with late firing `none` only those without
+        // any element yet fire (once, LATE); the others fired their final pane.
+        let passed_ends = if wm >= first_end {
+            first_end.max(g.end_at_or_after(wm - l + 1))..=last_end.min(wm)
+        } else {
+            1..=0
+        };
+        if trigger.late == LateFiring::None
+            && !has_open
+            && !passed_ends
+                .clone()
+                .step_by(g.slide as usize)
+                .any(|e| window_total(&ks.slices, e - g.size, e).count == 0)
+        {
             return Ok(self.late());
         }
-        let ks = self.state.key_mut(&ev.key, &rules)?;
         ks.slices.entry(a).or_default().add(&ev.values);
         PartitionState::touch_slice(ks, a);
         let created = ks.cursor.is_none();
@@ -547,35 +566,32 @@ impl Engine {
         if has_open {
             cursor.next_fire = Some(cursor.next_fire.map_or(open_from, |n| n.min(open_from)));
         }
-        if trigger.late == LateFiring::EveryElement && wm >= first_end {
-            // LATE panes for the passed, unexpired windows of this slice.
-            let mut e = first_end.max(g.end_at_or_after(wm - l + 1));
-            let hi = last_end.min(wm);
-            while e <= hi {
-                let w = Window::new(e - g.size, e);
-                let mut total = Acc::default();
-                for (_, s) in ks.slices.range(w.start..w.end) {
-                    total.merge(s);
-                }
-                let cursor = ks.cursor.as_mut().expect("created above");
-                let index = cursor
-                    .late_panes
-                    .get(&e)
-                    .copied()
-                    .unwrap_or(if total.count > 1 { 1 } else { 0 });
-                let content = match trigger.accumulation {
-                    Accumulation::Accumulating => total,
-                    Accumulation::Discarding => {
-                        let mut one = Acc::default();
-                        one.add(&ev.values);
-                        one
-                    }
-                };
-                self.out.push(&ev.key, w, Timing::Late, index, &content);
-                cursor.late_panes.insert(e, index + 1);
-                late_fired = true;
-                e += g.slide;
+        // LATE panes for the passed, unexpired windows of this slice: each element with
+        // `every_element`; with `none`, a window's first and only firing.
+        for e in passed_ends.step_by(g.slide as usize) {
+            let w = Window::new(e - g.size, e);
+            let total = window_total(&ks.slices, w.start, w.end);
+            // The event is in the slices already: a count of 1 means it is the first.
+            if trigger.late == LateFiring::None && total.count != 1 {
+                continue;
             }
+            let cursor = ks.cursor.as_mut().expect("created above");
+            let index = cursor
+                .late_panes
+                .get(&e)
+                .copied()
+                .unwrap_or(if total.count > 1 { 1 } else { 0 });
+            let content = match trigger.accumulation {
+                Accumulation::Accumulating => total,
+                Accumulation::Discarding => {
+                    let mut one = Acc::default();
+                    one.add(&ev.values);
+                    one
+                }
+            };
+            self.out.push(&ev.key, w, Timing::Late, index, &content);
+            cursor.late_panes.insert(e, index + 1);
+            late_fired = true;
         }
         // The cursor entry is rewritten only when its persisted fields change.
         if created
@@ -764,10 +780,7 @@ fn window_acc(
             }
         }
     }
-    let mut acc = Acc::default();
-    for (_, s) in slices.range(start..e) {
-        acc.merge(s);
-    }
+    let acc = window_total(slices, start, e);
     *running = invertible.then(|| Running {
         end: e,
         lo: start,
@@ -775,6 +788,15 @@ fn window_acc(
         advances: 0,
     });
     acc
+}
+
+/// The aggregate of a key's slices in `[start, end)`.
+fn window_total(slices: &std::collections::BTreeMap<i64, Acc>, start: i64, end: i64) -> Acc {
+    let mut total = Acc::default();
+    for (_, s) in slices.range(start..end) {
+        total.merge(s);
+    }
+    total
 }
 
 /// The end of the first window after the one ending at `e` that holds at least one slice.
