@@ -538,17 +538,20 @@ impl Engine {
         let ks = self.state.key_mut(&ev.key, &rules)?;
         // The passed, unexpired windows of this slice: with late firing `none` only those without
         // any element yet fire (once, LATE); the others fired their final pane.
-        let passed_ends = if wm >= first_end {
-            first_end.max(g.end_at_or_after(wm - l + 1))..=last_end.min(wm)
-        } else {
-            1..=0
+        let passed = (wm >= first_end).then(|| {
+            (
+                first_end.max(g.end_at_or_after(wm - l + 1)),
+                last_end.min(wm),
+            )
+        });
+        let passed_ends = move || {
+            passed
+                .into_iter()
+                .flat_map(move |(lo, hi)| (lo..=hi).step_by(g.slide as usize))
         };
         if trigger.late == LateFiring::None
             && !has_open
-            && !passed_ends
-                .clone()
-                .step_by(g.slide as usize)
-                .any(|e| window_total(&ks.slices, e - g.size, e).count == 0)
+            && !passed_ends().any(|e| window_total(&ks.slices, e - g.size, e).count == 0)
         {
             return Ok(self.late());
         }
@@ -568,7 +571,7 @@ impl Engine {
         }
         // LATE panes for the passed, unexpired windows of this slice: each element with
         // `every_element`; with `none`, a window's first and only firing.
-        for e in passed_ends.step_by(g.slide as usize) {
+        for e in passed_ends() {
             let w = Window::new(e - g.size, e);
             let total = window_total(&ks.slices, w.start, w.end);
             // The event is in the slices already: a count of 1 means it is the first.
