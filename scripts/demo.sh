@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The demo: installs what it needs, starts a local Kafka-protocol broker (Tansu), produces a live
 # clickstream (with a little disorder, some late and some malformed records), runs `tidemark run`
-# on it, and prints each window result as it commits. Then it shows the audit of the output topic
-# and the dead letters. About a minute after the build.
+# on it, and prints each window result as it commits (`tidemark tail`). Then it shows the audit of
+# the output topic and the dead letters. About a minute after the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -17,7 +17,9 @@ echo "== offline first: tidemark simulate on the bundled file"
 
 broker=$(./scripts/broker.sh start)
 run_pid=""
+tail_pid=""
 cleanup() {
+  [ -n "$tail_pid" ] && kill "$tail_pid" 2>/dev/null
   [ -n "$run_pid" ] && kill "$run_pid" 2>/dev/null && wait "$run_pid" 2>/dev/null
   ./scripts/broker.sh stop
 }
@@ -37,21 +39,12 @@ echo "== producing 200 clicks/s for 20 s (2% late, 1% malformed) while tidemark 
   --late-share 0.02 --malformed-share 0.01 &
 producer_pid=$!
 
-declare -A seen=()
-print_new() {
-  local line
-  while IFS= read -r line; do
-    [ -n "$line" ] || continue
-    if [ -z "${seen[$line]:-}" ]; then
-      seen[$line]=1
-      echo "  $line"
-    fi
-  done < <("$bin" audit --topic clicks-per-5s --print 2>/dev/null || true)
-}
-echo "== window results as they commit (key, window, timing, pane, counts)"
-while kill -0 "$producer_pid" 2>/dev/null; do sleep 2; print_new; done
+echo "== window results as they commit (tidemark tail: key, window in local time, timing, pane, values)"
+"$bin" tail --topic clicks-per-5s &
+tail_pid=$!
+wait "$producer_pid"
 sleep 8
-print_new
+kill "$tail_pid"; wait "$tail_pid" 2>/dev/null || true; tail_pid=""
 echo "== a few of tidemark's metrics (http://127.0.0.1:$metrics_port/metrics)"
 python3 - "$metrics_port" <<'PY'
 import sys, urllib.request

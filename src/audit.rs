@@ -564,6 +564,13 @@ pub fn stream_partition<E: From<AuditError>>(
     resolve_each(&mut leader, topic, partition, from, emit)
 }
 
+/// The partitions of `topic`, from the cluster's metadata.
+pub fn partitions(bootstrap: &str, topic: &str) -> Result<Vec<i32>, AuditError> {
+    Ok(leaders(&mut connect(bootstrap)?, topic)?
+        .into_keys()
+        .collect())
+}
+
 /// Reads a topic's raw log and resolves every transaction.
 pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicLog, AuditError> {
     let mut client = connect(bootstrap)?;

@@ -1,4 +1,4 @@
-//! The command line: `validate`, `simulate`, `run`, `produce` and `audit`.
+//! The command line: `validate`, `simulate`, `run`, `produce`, `audit` and `tail`.
 
 use crate::config;
 use crate::state::store::StateStore;
@@ -136,6 +136,22 @@ pub enum Command {
         /// schemas/window_result.avsc and dead letters in schemas/dead_letter.avsc; printed as JSON.
         #[arg(long)]
         avro: Option<String>,
+    },
+    /// Follow an output topic and print its committed panes as an aligned table (key, window in
+    /// local time, timing, pane, count, aggregates), each once; Ctrl-C stops it.
+    Tail {
+        /// Bootstrap servers.
+        #[arg(long, env = "TIDEMARK_BOOTSTRAP_SERVERS")]
+        bootstrap_servers: String,
+        /// The output topic.
+        #[arg(long)]
+        topic: String,
+        /// Values are Avro `WindowResult`s (`plain` or `confluent` framing).
+        #[arg(long)]
+        avro: Option<String>,
+        /// Print what is committed now and stop instead of following.
+        #[arg(long)]
+        once: bool,
     },
 }
 
@@ -319,19 +335,46 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Probe { url } => Ok(probe(&url)?),
+        Command::Tail {
+            bootstrap_servers,
+            topic,
+            avro,
+            once,
+        } => {
+            let framing = parse_framing(avro.as_deref())?;
+            let mut header_for: Option<Vec<String>> = None;
+            let local = chrono::Local;
+            crate::tail::follow(
+                &bootstrap_servers,
+                &topic,
+                once,
+                std::time::Duration::from_millis(500),
+                |r| {
+                    let Some(row) = printable(r, framing)
+                        .ok()
+                        .and_then(|text| serde_json::from_str(&text).ok())
+                        .and_then(|v| crate::tail::PaneRow::from_json(&v))
+                    else {
+                        return Ok(()); // not a pane (a dead letter, say)
+                    };
+                    let names: Vec<String> = row.aggregates.iter().map(|a| a.0.clone()).collect();
+                    if header_for.as_ref() != Some(&names) {
+                        println!("{}", crate::tail::header(&row.aggregates));
+                        header_for = Some(names);
+                    }
+                    println!("{}", crate::tail::line(&row, &local));
+                    Ok(())
+                },
+            )?;
+            Ok(0)
+        }
         Command::Audit {
             bootstrap_servers,
             topic,
             print,
             avro,
         } => {
-            let framing = match avro.as_deref() {
-                None => None,
-                Some(f) => Some(
-                    crate::avro::Framing::parse(f)
-                        .with_context(|| format!("--avro {f:?}: \"plain\" or \"confluent\""))?,
-                ),
-            };
+            let framing = parse_framing(avro.as_deref())?;
             let log = audit::read_topic(&bootstrap_servers, &topic)?;
             let report = audit::check_panes(&log.committed);
             if print {
@@ -380,6 +423,15 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(if report.duplicates.is_empty() { 0 } else { 3 })
         }
     }
+}
+
+/// The `--avro` option: `plain` or `confluent` framing, or JSON values when absent.
+fn parse_framing(avro: Option<&str>) -> anyhow::Result<Option<crate::avro::Framing>> {
+    avro.map(|f| {
+        crate::avro::Framing::parse(f)
+            .with_context(|| format!("--avro {f:?}: \"plain\" or \"confluent\""))
+    })
+    .transpose()
 }
 
 /// GETs `url` (http:// only); exit status 0 when it answers 200, 1 otherwise.

@@ -21,13 +21,14 @@
 //! * [`audit`] — `tidemark audit`: resolves transactions from a topic's raw log (by producer id and
 //!   epoch) and checks panes for duplicates and gaps, and dead letters for repeats, without
 //!   trusting the broker to hide aborted records.
+//! * [`tail`] — `tidemark tail`: committed panes of an output topic as an aligned live table.
 //! * [`source`] — consumer and producer settings; [`coordinator`] — `tidemark run`: the group
 //!   member's loop, restore and rebalance, and the commit cycle (the only place where offsets,
 //!   output and state become durable).
 //! * [`metrics`] — every exported metric, named and described, and the `/metrics`, `/healthz`,
 //!   `/readyz` endpoint.
 //! * [`http`] — a minimal http:// client (Schema Registry, `tidemark probe`).
-//! * [`cli`] — the command line (`validate`, `simulate`, `run`, `produce`, `audit`).
+//! * [`cli`] — the command line (`validate`, `simulate`, `run`, `produce`, `audit`, `tail`).
 //!
 //! ARCHITECTURE.md describes how the pieces fit and the invariants they keep.
 
@@ -47,4 +48,5 @@ pub mod simulate;
 pub mod sink;
 pub mod source;
 pub mod state;
+pub mod tail;
 pub mod windowing;

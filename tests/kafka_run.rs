@@ -120,4 +120,32 @@ fn run_commits_what_simulate_computes() {
         PARTITIONS
     );
     assert!(said.contains(&expected), "{said}");
+
+    // `tidemark tail --once` shows every committed pane once, under one header.
+    let tail = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args([
+            "tail",
+            "--once",
+            "--bootstrap-servers",
+            &broker.addr,
+            "--topic",
+            "panes",
+        ])
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    assert!(
+        tail.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tail.stderr)
+    );
+    let table = String::from_utf8(tail.stdout).unwrap();
+    let rows: Vec<&str> = table.lines().collect();
+    assert_eq!(rows.len(), scenario.expected.len() + 1, "{table}");
+    assert!(
+        rows[0].starts_with("key") && rows[0].ends_with("n        total"),
+        "{}",
+        rows[0]
+    );
+    assert!(rows[1..].iter().all(|r| r.contains("ON_TIME")), "{table}");
 }

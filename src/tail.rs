@@ -1,0 +1,235 @@
+//! `tidemark tail`: a readable live view of an output topic.
+//!
+//! It follows every partition of the topic through the raw-log reader of [`crate::audit`], so it
+//! shows only panes of committed transactions (resolved from COMMIT/ABORT markers, whatever the
+//! broker serves to `read_committed` consumers), each once, and prints them as an aligned table:
+//! key, window in local time, timing, pane index, count and the aggregates.
+
+use crate::audit::{self, AuditError, RawRecord};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Fields of a pane that are not aggregates.
+const FIXED: &[&str] = &[
+    "key",
+    "window_start",
+    "window_end",
+    "timing",
+    "pane_index",
+    "dedup_id",
+    "count",
+    "epoch",
+    "aggregates",
+];
+
+/// One pane as the table shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaneRow {
+    /// Grouping key.
+    pub key: String,
+    /// Window start, epoch ms.
+    pub start: i64,
+    /// Window end, epoch ms.
+    pub end: i64,
+    /// EARLY, ON_TIME, LATE or RETRACT.
+    pub timing: String,
+    /// Pane index.
+    pub pane: i64,
+    /// Elements in the pane.
+    pub count: i64,
+    /// Aggregates by name, in name order; `None` for an empty min, max or mean.
+    pub aggregates: Vec<(String, Option<f64>)>,
+}
+
+impl PaneRow {
+    /// Reads a pane from its JSON form: the JSON output encoding (aggregates as fields) or an
+    /// Avro `WindowResult` decoded to JSON (aggregates in a map). `None` if it is not a pane.
+    pub fn from_json(v: &Value) -> Option<PaneRow> {
+        let o = v.as_object()?;
+        let int = |name: &str| o.get(name).and_then(Value::as_i64);
+        let mut aggregates: Vec<(String, Option<f64>)> = o
+            .iter()
+            .filter(|(k, _)| !FIXED.contains(&k.as_str()))
+            .chain(
+                o.get("aggregates")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten(),
+            )
+            .map(|(k, v)| (k.clone(), v.as_f64()))
+            .collect();
+        aggregates.sort_by(|a, b| a.0.cmp(&b.0));
+        Some(PaneRow {
+            key: o.get("key")?.as_str()?.to_string(),
+            start: int("window_start")?,
+            end: int("window_end")?,
+            timing: o.get("timing")?.as_str()?.to_string(),
+            pane: int("pane_index")?,
+            count: int("count")?,
+            aggregates,
+        })
+    }
+}
+
+/// A window as local times: the start in full, the end as a time when it is on the same day.
+pub fn window_text(
+    start: i64,
+    end: i64,
+    tz: &impl chrono::TimeZone<Offset: std::fmt::Display>,
+) -> String {
+    let at = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).map(|t| t.with_timezone(tz));
+    match (at(start), at(end)) {
+        (Some(s), Some(e)) if s.date_naive() == e.date_naive() => format!(
+            "{} – {}",
+            s.format("%Y-%m-%d %H:%M:%S%.3f"),
+            e.format("%H:%M:%S%.3f")
+        ),
+        (Some(s), Some(e)) => format!(
+            "{} – {}",
+            s.format("%Y-%m-%d %H:%M:%S%.3f"),
+            e.format("%Y-%m-%d %H:%M:%S%.3f")
+        ),
+        _ => format!("{start} – {end}"),
+    }
+}
+
+fn number(v: Option<f64>) -> String {
+    match v {
+        None => "-".to_string(),
+        Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("{}", x as i64),
+        Some(x) => format!("{x:.3}"),
+    }
+}
+
+/// Column widths of the table.
+const KEY: usize = 16;
+const WINDOW: usize = 38;
+const TIMING: usize = 8;
+const PANE: usize = 4;
+const VALUE: usize = 12;
+
+/// The header line for panes with these aggregates.
+pub fn header(aggregates: &[(String, Option<f64>)]) -> String {
+    let mut line = format!(
+        "{:<KEY$} {:<WINDOW$} {:<TIMING$} {:>PANE$} {:>VALUE$}",
+        "key", "window", "timing", "pane", "count"
+    );
+    for (name, _) in aggregates {
+        line.push_str(&format!(" {name:>VALUE$}"));
+    }
+    line
+}
+
+/// One aligned table line.
+pub fn line(row: &PaneRow, tz: &impl chrono::TimeZone<Offset: std::fmt::Display>) -> String {
+    let mut line = format!(
+        "{:<KEY$} {:<WINDOW$} {:<TIMING$} {:>PANE$} {:>VALUE$}",
+        row.key,
+        window_text(row.start, row.end, tz),
+        row.timing,
+        row.pane,
+        row.count
+    );
+    for (_, v) in &row.aggregates {
+        line.push_str(&format!(" {:>VALUE$}", number(*v)));
+    }
+    line
+}
+
+/// Follows one partition: reads its raw log from the first unresolved offset on each poll and
+/// hands on each committed record once.
+#[derive(Debug, Default)]
+struct Follow {
+    /// Where the next read starts: the first record still in an open transaction, or the end.
+    from: i64,
+    /// Offsets at or after `from` already handed on (committed records after an open one).
+    done: BTreeSet<i64>,
+}
+
+/// Follows every partition of `topic`, handing each committed record to `show` once; polls every
+/// `every` and stops after one pass when `once` is set.
+pub fn follow(
+    bootstrap: &str,
+    topic: &str,
+    once: bool,
+    every: Duration,
+    mut show: impl FnMut(&RawRecord) -> Result<(), AuditError>,
+) -> Result<(), AuditError> {
+    let mut parts: BTreeMap<i32, Follow> = BTreeMap::new();
+    loop {
+        for p in audit::partitions(bootstrap, topic)? {
+            let f = parts.entry(p).or_default();
+            let log = audit::read_partition(bootstrap, topic, p, f.from)?;
+            for r in &log.committed {
+                if f.done.insert(r.offset) {
+                    show(r)?;
+                }
+            }
+            f.from = log.first_open.unwrap_or(log.next_offset);
+            let from = f.from;
+            f.done.retain(|&o| o >= from);
+        }
+        if once {
+            return Ok(());
+        }
+        std::thread::sleep(every);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_and_avro_panes_make_the_same_row() {
+        let json: Value = serde_json::from_str(
+            r#"{"key":"alice","window_start":0,"window_end":60000,"timing":"ON_TIME","pane_index":1,"dedup_id":"x","count":4,"revenue":42.5,"clicks":4,"low":null}"#,
+        )
+        .unwrap();
+        let avro: Value = serde_json::from_str(
+            r#"{"key":"alice","window_start":0,"window_end":60000,"timing":"ON_TIME","pane_index":1,"dedup_id":"x","count":4,"aggregates":{"revenue":42.5,"clicks":4.0,"low":null}}"#,
+        )
+        .unwrap();
+        let a = PaneRow::from_json(&json).unwrap();
+        assert_eq!(a, PaneRow::from_json(&avro).unwrap());
+        assert_eq!(
+            a.aggregates,
+            vec![
+                ("clicks".to_string(), Some(4.0)),
+                ("low".to_string(), None),
+                ("revenue".to_string(), Some(42.5))
+            ]
+        );
+        assert!(PaneRow::from_json(&serde_json::json!({"reason": "late"})).is_none());
+    }
+
+    #[test]
+    fn rows_line_up_under_the_header() {
+        let row = PaneRow {
+            key: "alice".into(),
+            start: 1_767_225_600_000,
+            end: 1_767_225_660_000,
+            timing: "LATE".into(),
+            pane: 2,
+            count: 4,
+            aggregates: vec![
+                ("clicks".into(), Some(4.0)),
+                ("avg".into(), Some(2.0 / 3.0)),
+            ],
+        };
+        let utc = chrono::Utc;
+        let (h, l) = (header(&row.aggregates), line(&row, &utc));
+        // Widths count characters: the en dash is one column.
+        assert_eq!(h.len(), l.chars().count(), "{h}\n{l}");
+        assert!(
+            l.starts_with("alice            2026-01-01 00:00:00.000 – 00:01:00.000"),
+            "{l}"
+        );
+        assert!(l.ends_with("           4        0.667"), "{l}");
+        assert_eq!(
+            window_text(0, 86_400_000, &utc),
+            "1970-01-01 00:00:00.000 – 1970-01-02 00:00:00.000"
+        );
+    }
+}
