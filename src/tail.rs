@@ -6,22 +6,16 @@
 //! key, window in local time, timing, pane index, count and the aggregates.
 
 use crate::audit::{self, AuditError, RawRecord};
+use crate::config::RESERVED_PANE_FIELDS;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-/// Fields of a pane that are not aggregates.
-const FIXED: &[&str] = &[
-    "key",
-    "window_start",
-    "window_end",
-    "timing",
-    "pane_index",
-    "dedup_id",
-    "count",
-    "epoch",
-    "aggregates",
-];
+/// Whether a pane field is an aggregate: not one every pane has, nor the map Avro panes keep
+/// their aggregates in.
+fn is_aggregate(field: &str) -> bool {
+    field != "aggregates" && !RESERVED_PANE_FIELDS.contains(&field)
+}
 
 /// One pane as the table shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,7 +44,7 @@ impl PaneRow {
         let int = |name: &str| o.get(name).and_then(Value::as_i64);
         let mut aggregates: Vec<(String, Option<f64>)> = o
             .iter()
-            .filter(|(k, _)| !FIXED.contains(&k.as_str()))
+            .filter(|(k, _)| is_aggregate(k))
             .chain(
                 o.get("aggregates")
                     .and_then(Value::as_object)
