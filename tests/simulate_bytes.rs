@@ -108,7 +108,9 @@ proptest! {
             prop_assert_eq!(d["reason"].as_str(), Some("malformed"));
             let line = d["line"].as_u64().unwrap() as usize - 1;
             let kept = BASE64.decode(d["original_base64"].as_str().unwrap()).unwrap();
-            prop_assert_eq!(&kept, &lines[line]);
+            // A trailing carriage return belongs to a CRLF line end, not to the line.
+            let line_bytes = lines[line].strip_suffix(b"\r").unwrap_or(&lines[line]);
+            prop_assert_eq!(&kept[..], line_bytes);
         }
         // The valid lines' own dead letters (late records) are unchanged too.
         prop_assert_eq!(dead.len() - garbage_dead.len(), clean_dead.len());
