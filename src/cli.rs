@@ -375,7 +375,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             avro,
         } => {
             let framing = parse_framing(avro.as_deref())?;
-            let log = audit::read_topic(&bootstrap_servers, &topic)?;
+            let log = crate::kafka::raw_log::read_topic(&bootstrap_servers, &topic)?;
             let report = audit::check_panes(&log.committed);
             if print {
                 for r in &log.committed {
@@ -452,7 +452,7 @@ fn probe(url: &str) -> anyhow::Result<i32> {
 /// A committed record's value as one line: as is, or Avro decoded to JSON (a dead letter when the
 /// record has a `tidemark.reason` header, a pane otherwise).
 fn printable(
-    r: &audit::RawRecord,
+    r: &crate::kafka::raw_log::RawRecord,
     framing: Option<crate::avro::Framing>,
 ) -> anyhow::Result<String> {
     let value = r.value.as_deref().unwrap_or_default();

@@ -18,9 +18,11 @@
 //!   changelog: offset markers, and the restore that reads the committed input offset from the log.
 //! * [`sink`] — encodings of panes and dead letters.
 //! * [`simulate`] — `tidemark simulate`: a pipeline over a file of events and control lines.
-//! * [`audit`] — `tidemark audit`: resolves transactions from a topic's raw log (by producer id and
-//!   epoch) and checks panes for duplicates and gaps, and dead letters for repeats, without
-//!   trusting the broker to hide aborted records.
+//! * [`kafka`] — Kafka client pieces: the raw-log reader, which resolves transactions from a
+//!   topic's COMMIT/ABORT markers (by producer id and epoch) without trusting the broker to hide
+//!   aborted records; restore, `audit` and `tail` read through it.
+//! * [`audit`] — `tidemark audit`: checks a topic's committed panes for duplicates and gaps, and
+//!   dead letters for repeats.
 //! * [`tail`] — `tidemark tail`: committed panes of an output topic as an aligned live table.
 //! * [`source`] — consumer and producer settings; [`coordinator`] — `tidemark run`: the group
 //!   member's loop, restore and rebalance, and the commit cycle (the only place where offsets,
@@ -41,6 +43,7 @@ pub mod cli;
 pub mod config;
 pub mod coordinator;
 pub mod http;
+pub mod kafka;
 pub mod metrics;
 pub mod produce;
 pub mod record;

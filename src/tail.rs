@@ -1,12 +1,12 @@
 //! `tidemark tail`: a readable live view of an output topic.
 //!
-//! It follows every partition of the topic through the raw-log reader of [`crate::audit`], so it
+//! It follows every partition of the topic through the raw-log reader ([`crate::kafka::raw_log`]), so it
 //! shows only panes of committed transactions (resolved from COMMIT/ABORT markers, whatever the
 //! broker serves to `read_committed` consumers), each once, and prints them as an aligned table:
 //! key, window in local time, timing, pane index, count and the aggregates.
 
-use crate::audit::{self, AuditError, RawRecord};
 use crate::config::RESERVED_PANE_FIELDS;
+use crate::kafka::raw_log::{self, RawLogError, RawRecord};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -148,13 +148,13 @@ pub fn follow(
     topic: &str,
     once: bool,
     every: Duration,
-    mut show: impl FnMut(&RawRecord) -> Result<(), AuditError>,
-) -> Result<(), AuditError> {
+    mut show: impl FnMut(&RawRecord) -> Result<(), RawLogError>,
+) -> Result<(), RawLogError> {
     let mut parts: BTreeMap<i32, Follow> = BTreeMap::new();
     loop {
-        for p in audit::partitions(bootstrap, topic)? {
+        for p in raw_log::partitions(bootstrap, topic)? {
             let f = parts.entry(p).or_default();
-            let log = audit::read_partition(bootstrap, topic, p, f.from)?;
+            let log = raw_log::read_partition(bootstrap, topic, p, f.from)?;
             for r in &log.committed {
                 if f.done.insert(r.offset) {
                     show(r)?;

@@ -7,7 +7,8 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use std::time::Duration;
-use tidemark::audit::{check_panes, read_topic};
+use tidemark::audit::check_panes;
+use tidemark::kafka::raw_log::read_topic;
 
 fn pane_headers(id: &str, idx: u32) -> OwnedHeaders {
     OwnedHeaders::new()

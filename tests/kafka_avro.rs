@@ -8,10 +8,11 @@ use apache_avro::types::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use tidemark::audit::{check_panes, read_topic};
+use tidemark::audit::check_panes;
 use tidemark::avro::{
     decode_value, parse_schema, Framing, DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHEMA,
 };
+use tidemark::kafka::raw_log::read_topic;
 
 const EVENTS: u64 = 2_000;
 

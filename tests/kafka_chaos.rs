@@ -94,7 +94,7 @@ fn count_in_logs(dir: &Path, needle: &str) -> usize {
         .sum()
 }
 
-fn header(r: &tidemark::audit::RawRecord, name: &str) -> String {
+fn header(r: &tidemark::kafka::raw_log::RawRecord, name: &str) -> String {
     r.headers
         .iter()
         .find(|(k, _)| k == name)
@@ -195,7 +195,7 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
         .unwrap()
         .validate()
         .unwrap();
-    let input = tidemark::audit::read_topic(&broker.addr, "events").unwrap();
+    let input = tidemark::kafka::raw_log::read_topic(&broker.addr, "events").unwrap();
     let mut by_partition: BTreeMap<i32, Vec<(i64, String)>> = BTreeMap::new();
     for r in &input.committed {
         let v = String::from_utf8(r.value.clone().unwrap_or_default().to_vec()).unwrap();
@@ -223,7 +223,7 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
     }
     expected.sort();
 
-    let panes = tidemark::audit::read_topic(&broker.addr, "panes").unwrap();
+    let panes = tidemark::kafka::raw_log::read_topic(&broker.addr, "panes").unwrap();
     let report = tidemark::audit::check_panes(&panes.committed);
     let mut got: Vec<String> = panes
         .committed
@@ -234,7 +234,7 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
     let missing = missing_from(&expected, &got);
     let extra = missing_from(&got, &expected);
 
-    let dead = tidemark::audit::read_topic(&broker.addr, "dead").unwrap();
+    let dead = tidemark::kafka::raw_log::read_topic(&broker.addr, "dead").unwrap();
     let dead_report = tidemark::audit::check_dead_letters(&dead.committed);
     let got_dead: BTreeSet<(i32, i64, String)> = dead
         .committed

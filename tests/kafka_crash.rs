@@ -122,7 +122,7 @@ fn kill_9_never_loses_or_duplicates() {
     common::wait_for(&broker.addr, "panes", scenario.expected.len(), 120);
     let status = common::stop_member(child);
     assert!(status.success(), "final member exited with {status}");
-    let log = tidemark::audit::read_topic(&broker.addr, "panes").unwrap();
+    let log = tidemark::kafka::raw_log::read_topic(&broker.addr, "panes").unwrap();
     eprintln!(
         "aborted pane records in the log: {}; served to read_committed by this broker: {}",
         log.aborted, log.aborted_served_to_read_committed

@@ -57,7 +57,7 @@ fn a_fenced_member_exits_non_zero_and_nothing_is_duplicated() {
     // completeness with members joining, leaving and dying.
     let newcomer_status = stop_member(new);
     producer.join().unwrap();
-    let log = tidemark::audit::read_topic(&broker.addr, "panes").unwrap();
+    let log = tidemark::kafka::raw_log::read_topic(&broker.addr, "panes").unwrap();
     let report = tidemark::audit::check_panes(&log.committed);
     assert!(report.panes > 0, "nothing was committed");
     assert!(

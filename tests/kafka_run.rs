@@ -5,7 +5,7 @@
 mod common;
 
 use std::time::Duration;
-use tidemark::audit::read_topic;
+use tidemark::kafka::raw_log::read_topic;
 
 const PARTITIONS: i32 = 3;
 

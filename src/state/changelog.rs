@@ -11,7 +11,7 @@
 //!
 //! **The log is the only truth.** The committed input offset of a partition is the highest stamp
 //! of a record of a COMMITTED transaction in its changelog partition, with transactions resolved
-//! from the COMMIT/ABORT markers in the raw log ([`crate::audit::stream_partition`]). Neither the
+//! from the COMMIT/ABORT markers in the raw log ([`crate::kafka::raw_log::stream_partition`]). Neither the
 //! broker's `read_committed` filtering (Tansu serves aborted records) nor the consumer group's
 //! committed offset (Tansu applies transactional offsets late and out of order) is trusted; the
 //! group offset is only compared with it.
@@ -24,7 +24,7 @@
 //! can no longer commit), or when the restore has waited one timeout. It then stores the offset
 //! of the first such record as the changelog position, so a later restore reads it again.
 
-use crate::audit::{stream_partition, AuditError, PartitionLog, RawRecord};
+use crate::kafka::raw_log::{stream_partition, PartitionLog, RawLogError, RawRecord};
 use crate::state::store::{StateStore, StoreError, StoredOffsets};
 use rocksdb::WriteBatch;
 use std::time::{Duration, Instant};
@@ -47,7 +47,7 @@ const OFFSET_OUT_OF_RANGE: i16 = 1;
 pub enum RestoreError {
     /// Reading the changelog failed.
     #[error("reading the changelog: {0}")]
-    Read(#[from] AuditError),
+    Read(#[from] RawLogError),
     /// Writing local state failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -232,7 +232,7 @@ pub fn restore(
         stored,
         policy,
     ) {
-        Err(RestoreError::Read(AuditError::Broker { code, .. }))
+        Err(RestoreError::Read(RawLogError::Broker { code, .. }))
             if code == OFFSET_OUT_OF_RANGE && stored.is_some() =>
         {
             tracing::warn!(
@@ -379,8 +379,8 @@ impl StartPosition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::resolve_records;
-    use crate::audit::tests::raw;
+    use crate::kafka::raw_log::resolve_records;
+    use crate::kafka::raw_log::tests::raw;
     use bytes::Bytes;
     use kafka_protocol::records::Record;
 
@@ -423,7 +423,7 @@ mod tests {
             if let StateWrite::Put(k, _) = fold.record(&r) {
                 keys.push(k.to_vec());
             }
-            Ok::<(), AuditError>(())
+            Ok::<(), RawLogError>(())
         })
         .unwrap();
         (fold.committed, keys, log)

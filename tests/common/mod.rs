@@ -334,7 +334,7 @@ pub fn stop_member(mut child: Child) -> std::process::ExitStatus {
 
 /// Committed record values of a topic, judged from the raw log.
 pub fn committed_values(broker: &str, topic: &str) -> Vec<String> {
-    tidemark::audit::read_topic(broker, topic)
+    tidemark::kafka::raw_log::read_topic(broker, topic)
         .unwrap()
         .committed
         .iter()
@@ -356,7 +356,7 @@ pub fn wait_for(broker: &str, topic: &str, n: usize, secs: u64) -> usize {
 
 /// Asserts the output is exactly the expected panes, once each, and the dead letters likewise.
 pub fn assert_exactly_once(broker: &str, s: &Scenario) {
-    let log = tidemark::audit::read_topic(broker, "panes").unwrap();
+    let log = tidemark::kafka::raw_log::read_topic(broker, "panes").unwrap();
     let report = tidemark::audit::check_panes(&log.committed);
     assert!(
         report.duplicates.is_empty(),

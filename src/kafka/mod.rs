@@ -1,0 +1,3 @@
+//! Kafka client pieces shared by the runtime, restore, `audit`, `tail` and the tests.
+
+pub mod raw_log;
