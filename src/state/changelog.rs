@@ -67,14 +67,8 @@ pub struct RestoreStats {
     pub committed: Option<i64>,
     /// The changelog offset the restored state reflects (where the next restore starts).
     pub changelog_offset: i64,
-    /// Records of open transactions given up on (older than the transaction timeout, or still
-    /// open one timeout after the restore began).
-    pub presumed_aborted: usize,
     /// Time spent waiting for open transactions to resolve.
     pub waited: Duration,
-    /// The stored position was past the log's end, so local state was dropped and rebuilt from
-    /// offset 0.
-    pub rebuilt: bool,
 }
 
 /// The stamp of a changelog record: the input offset its transaction commits.
@@ -241,7 +235,7 @@ pub fn restore(
                 "the stored changelog position is past the changelog's end: rebuilding local state from offset 0"
             );
             store.drop_cf(cf)?;
-            let mut stats = restore_from(
+            restore_from(
                 store,
                 cf,
                 bootstrap,
@@ -249,9 +243,7 @@ pub fn restore(
                 partition,
                 None,
                 policy,
-            )?;
-            stats.rebuilt = true;
-            Ok(stats)
+            )
         }
         other => other,
     }
@@ -317,7 +309,6 @@ fn restore_from(
                     first_offset = first,
                     "changelog transactions did not resolve within the transaction timeout: treated as not committed"
                 );
-                stats.presumed_aborted = log.open;
                 stats.skipped += log.open;
                 stats.changelog_offset = first;
                 break;
