@@ -25,21 +25,15 @@ pub struct PaneReport {
     pub not_panes: usize,
 }
 
-fn header<'a>(r: &'a RawRecord, name: &str) -> Option<&'a str> {
-    r.headers
-        .iter()
-        .find(|(k, _)| k == name)
-        .and_then(|(_, v)| v.as_ref())
-        .and_then(|v| std::str::from_utf8(v).ok())
-}
-
 /// Checks committed pane records for duplicates and pane-index gaps.
 pub fn check_panes(committed: &[RawRecord]) -> PaneReport {
     let mut seen: BTreeMap<(String, u32), usize> = BTreeMap::new();
     let mut report = PaneReport::default();
     for r in committed {
-        let id = header(r, "tidemark.dedup_id");
-        let idx = header(r, "tidemark.pane_index").and_then(|s| s.parse::<u32>().ok());
+        let id = r.header("tidemark.dedup_id");
+        let idx = r
+            .header("tidemark.pane_index")
+            .and_then(|s| s.parse::<u32>().ok());
         match (id, idx) {
             (Some(id), Some(idx)) => *seen.entry((id.to_string(), idx)).or_default() += 1,
             _ => report.not_panes += 1,
@@ -81,10 +75,14 @@ pub fn check_dead_letters(committed: &[RawRecord]) -> DeadLetterReport {
     let mut report = DeadLetterReport::default();
     let mut seen: BTreeMap<(String, i32, i64), usize> = BTreeMap::new();
     for r in committed {
-        let reason = header(r, "tidemark.reason");
-        let topic = header(r, "tidemark.source_topic");
-        let partition = header(r, "tidemark.source_partition").and_then(|s| s.parse().ok());
-        let offset = header(r, "tidemark.source_offset").and_then(|s| s.parse().ok());
+        let reason = r.header("tidemark.reason");
+        let topic = r.header("tidemark.source_topic");
+        let partition = r
+            .header("tidemark.source_partition")
+            .and_then(|s| s.parse().ok());
+        let offset = r
+            .header("tidemark.source_offset")
+            .and_then(|s| s.parse().ok());
         match (reason, topic, partition, offset) {
             (Some(reason), Some(topic), Some(partition), Some(offset)) => {
                 report.dead_letters += 1;
@@ -106,7 +104,7 @@ pub fn check_dead_letters(committed: &[RawRecord]) -> DeadLetterReport {
 
 /// Whether a committed record is a dead letter (it has a `tidemark.reason` header).
 pub fn is_dead_letter(r: &RawRecord) -> bool {
-    header(r, "tidemark.reason").is_some()
+    r.header("tidemark.reason").is_some()
 }
 
 #[cfg(test)]

@@ -94,15 +94,6 @@ fn count_in_logs(dir: &Path, needle: &str) -> usize {
         .sum()
 }
 
-fn header(r: &tidemark::kafka::raw_log::RawRecord, name: &str) -> String {
-    r.headers
-        .iter()
-        .find(|(k, _)| k == name)
-        .and_then(|(_, v)| v.as_ref())
-        .map(|v| String::from_utf8_lossy(v).into_owned())
-        .unwrap_or_default()
-}
-
 /// Multiset difference: lines of `a` not matched by a line of `b`.
 fn missing_from(a: &[String], b: &[String]) -> usize {
     let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
@@ -241,9 +232,12 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
         .iter()
         .map(|r| {
             (
-                header(r, "tidemark.source_partition").parse().unwrap(),
-                header(r, "tidemark.source_offset").parse().unwrap(),
-                header(r, "tidemark.reason"),
+                r.header("tidemark.source_partition")
+                    .unwrap()
+                    .parse()
+                    .unwrap(),
+                r.header("tidemark.source_offset").unwrap().parse().unwrap(),
+                r.header("tidemark.reason").unwrap_or_default().to_string(),
             )
         })
         .collect();

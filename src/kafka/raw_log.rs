@@ -137,6 +137,17 @@ pub struct RawRecord {
     pub headers: Vec<(String, Option<Bytes>)>,
 }
 
+impl RawRecord {
+    /// The value of header `name` as text, if present and UTF-8.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.as_ref())
+            .and_then(|v| std::str::from_utf8(v).ok())
+    }
+}
+
 /// Where each transactional record ended up.
 #[derive(Debug, Default)]
 pub struct TopicLog {

@@ -73,12 +73,7 @@ pub struct RestoreStats {
 
 /// The stamp of a changelog record: the input offset its transaction commits.
 pub fn stamp(r: &RawRecord) -> Option<i64> {
-    r.headers
-        .iter()
-        .find(|(k, _)| k == STAMP_HEADER)
-        .and_then(|(_, v)| v.as_ref())
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|s| s.parse::<i64>().ok())
+    r.header(STAMP_HEADER).and_then(|s| s.parse::<i64>().ok())
 }
 
 /// Folds committed changelog records, in log order, into state writes and the committed offset.
