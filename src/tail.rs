@@ -6,7 +6,7 @@
 //! key, window in local time, timing, pane index, count and the aggregates.
 
 use crate::config::RESERVED_PANE_FIELDS;
-use crate::kafka::raw_log::{self, RawLogError, RawRecord};
+use crate::kafka::raw_log::{RawLogError, RawRecord, TopicReader};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -150,11 +150,12 @@ pub fn follow(
     every: Duration,
     mut show: impl FnMut(&RawRecord) -> Result<(), RawLogError>,
 ) -> Result<(), RawLogError> {
+    let mut reader = TopicReader::connect(bootstrap, topic)?;
     let mut parts: BTreeMap<i32, Follow> = BTreeMap::new();
     loop {
-        for p in raw_log::partitions(bootstrap, topic)? {
+        let logs = reader.read(|p| parts.get(&p).map_or(0, |f| f.from))?;
+        for (p, log) in logs {
             let f = parts.entry(p).or_default();
-            let log = raw_log::read_partition(bootstrap, topic, p, f.from)?;
             for r in &log.committed {
                 if f.done.insert(r.offset) {
                     show(r)?;

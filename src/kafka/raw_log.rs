@@ -571,23 +571,51 @@ pub fn stream_partition<E: From<RawLogError>>(
     resolve_each(&mut leader, topic, partition, from, emit)
 }
 
-/// The partitions of `topic`, from the cluster's metadata.
-pub fn partitions(bootstrap: &str, topic: &str) -> Result<Vec<i32>, RawLogError> {
-    Ok(leaders(&mut connect(bootstrap)?, topic)?
-        .into_keys()
-        .collect())
+/// Reads the partitions of one topic, keeping its connections (to the bootstrap server and to each
+/// partition leader) from one read to the next, for readers that poll.
+pub struct TopicReader {
+    topic: String,
+    bootstrap: RawClient,
+    conns: Leaders,
+}
+
+impl TopicReader {
+    /// Connects to the first bootstrap server.
+    pub fn connect(bootstrap: &str, topic: &str) -> Result<TopicReader, RawLogError> {
+        Ok(TopicReader {
+            topic: topic.to_string(),
+            bootstrap: connect(bootstrap)?,
+            conns: Leaders {
+                clients: HashMap::new(),
+            },
+        })
+    }
+
+    /// The topic's partitions and their leaders' addresses, asked afresh (leaders move).
+    fn leaders(&mut self) -> Result<BTreeMap<i32, String>, RawLogError> {
+        leaders(&mut self.bootstrap, &self.topic)
+    }
+
+    /// Reads every partition from `from(partition)` to its end and resolves its transactions.
+    pub fn read(
+        &mut self,
+        mut from: impl FnMut(i32) -> i64,
+    ) -> Result<BTreeMap<i32, PartitionLog>, RawLogError> {
+        let mut out = BTreeMap::new();
+        for (p, addr) in self.leaders()? {
+            let client = self.conns.get(&addr)?;
+            out.insert(p, resolve(client, &self.topic, p, from(p))?);
+        }
+        Ok(out)
+    }
 }
 
 /// Reads a topic's raw log and resolves every transaction.
 pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicLog, RawLogError> {
-    let mut client = connect(bootstrap)?;
-    let partitions = leaders(&mut client, topic)?;
-    let mut conns = Leaders {
-        clients: HashMap::new(),
-    };
+    let mut reader = TopicReader::connect(bootstrap, topic)?;
     let mut log = TopicLog::default();
-    for (&p, addr) in &partitions {
-        let client = conns.get(addr)?;
+    for (&p, addr) in &reader.leaders()? {
+        let client = reader.conns.get(addr)?;
         let part = resolve(client, topic, p, 0)?;
         log.aborted += part.aborted_offsets.len();
         log.open += part.open;
