@@ -116,10 +116,10 @@ fn run_one(sc: &Scenario) {
     let store = StateStore::open(dir.path()).unwrap();
     let layout = match sc.layout {
         Some("per-window") => Layout::PerWindow,
-        _ => Layout::for_spec(&spec),
+        _ => Layout::for_spec(&spec.engine),
     };
-    let mut engine = Engine::open_with_layout(&spec, &store, 0, layout, 4_000_000).unwrap();
-    let mut tracker = WatermarkTracker::new(spec.watermark);
+    let mut engine = Engine::open_with_layout(&spec.engine, &store, 0, layout, 4_000_000).unwrap();
+    let mut tracker = WatermarkTracker::new(spec.engine.watermark);
     let key_names: Vec<String> = (0..keys).map(|k| format!("user-{k:06}")).collect();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let t0: i64 = 1_700_000_000_000;

@@ -13,8 +13,7 @@
 //! cannot be reached is not the record's fault: [`DecodeError::Unavailable`] makes the caller
 //! abort and retry the transaction instead.
 
-use crate::config::InputSpec;
-use crate::record::{DecodeError, Event};
+use crate::record::{DecodeError, Event, InputSpec};
 use crate::sink::kafka::DeadLetterInfo;
 use crate::windowing::aggregate::AggSpec;
 use crate::windowing::engine::Pane;

@@ -194,7 +194,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         k.input_topic
                     );
                 }
-                println!("{}: ok (pipeline {:?})", path.display(), spec.name);
+                println!("{}: ok (pipeline {:?})", path.display(), spec.engine.name);
                 Ok(0)
             }
             Err(e) => {

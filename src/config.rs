@@ -7,10 +7,13 @@
 //! [`RawConfig::validate`] checks every rule and reports *all* violations at once, or returns the
 //! typed [`PipelineSpec`] the engine runs, together with warnings.
 
+pub use crate::record::InputSpec;
 use crate::windowing::aggregate::{AggOp, AggSpec};
 use crate::windowing::assigner::WindowKind;
+use crate::windowing::spec::EngineSpec;
 use crate::windowing::time::{format_duration, parse_duration};
 use crate::windowing::trigger::{Accumulation, LateFiring, TriggerSpec};
+pub use crate::windowing::watermark::WatermarkSpec;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -276,43 +279,34 @@ pub struct RawAggregation {
     pub field: Option<String>,
 }
 
-/// The watermark strategy, validated.
+/// Where a partition on which no transaction has ever committed starts (`auto.offset.reset`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WatermarkSpec {
-    /// Bound on out-of-orderness in milliseconds.
-    pub max_out_of_orderness: i64,
-    /// Idle timeout in milliseconds, if any.
-    pub idle_timeout: Option<i64>,
+pub enum OffsetReset {
+    /// The partition's first offset (`earliest`, `smallest`, `beginning`).
+    Earliest,
+    /// The partition's end (`latest`, `largest`, `end`).
+    Latest,
 }
 
-/// Where the key, timestamp and numeric values are in an event, as split field paths.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InputSpec {
-    /// Key path segments.
-    pub key: Vec<String>,
-    /// Timestamp path segments.
-    pub timestamp: Vec<String>,
-    /// Distinct numeric field paths; aggregations refer to them by index.
-    pub fields: Vec<Vec<String>>,
+impl OffsetReset {
+    /// The position `auto.offset.reset` names; `None` for a value tidemark does not accept
+    /// (`error` included: a partition without committed work is normal for a new pipeline).
+    pub fn parse(value: &str) -> Option<OffsetReset> {
+        match value {
+            "earliest" | "smallest" | "beginning" => Some(OffsetReset::Earliest),
+            "latest" | "largest" | "end" => Some(OffsetReset::Latest),
+            _ => None,
+        }
+    }
 }
 
 /// A validated pipeline: everything the engine needs, in milliseconds and typed enums.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PipelineSpec {
-    /// Pipeline name.
-    pub name: String,
     /// Input field locations.
     pub input: InputSpec,
-    /// The window.
-    pub window: WindowKind,
-    /// Allowed lateness in milliseconds.
-    pub allowed_lateness: i64,
-    /// The watermark strategy.
-    pub watermark: WatermarkSpec,
-    /// The trigger.
-    pub trigger: TriggerSpec,
-    /// The aggregations, in output order.
-    pub aggregations: Vec<AggSpec>,
+    /// What the windowing core runs: window, lateness, watermark, trigger, aggregations.
+    pub engine: EngineSpec,
     /// Kafka settings, if the file has a `[kafka]` section.
     pub kafka: Option<KafkaSpec>,
     /// Where `tidemark run` serves metrics and health, if the file has a `[metrics]` section.
@@ -699,24 +693,26 @@ impl RawConfig {
         };
         Ok((
             PipelineSpec {
-                name: self.name.clone(),
                 input: InputSpec {
                     key,
                     timestamp,
                     fields,
                 },
-                window,
-                allowed_lateness,
-                watermark: WatermarkSpec {
-                    max_out_of_orderness: ooo,
-                    idle_timeout: idle,
+                engine: EngineSpec {
+                    name: self.name.clone(),
+                    window,
+                    allowed_lateness,
+                    watermark: WatermarkSpec {
+                        max_out_of_orderness: ooo,
+                        idle_timeout: idle,
+                    },
+                    trigger: TriggerSpec {
+                        early_every: early,
+                        late,
+                        accumulation,
+                    },
+                    aggregations,
                 },
-                trigger: TriggerSpec {
-                    early_every: early,
-                    late,
-                    accumulation,
-                },
-                aggregations,
                 kafka: kafka.flatten(),
                 metrics_address,
                 avro_input: avro_input.flatten(),
@@ -984,7 +980,7 @@ impl RawConfig {
             );
         }
         if let Some(reset) = k.properties.get("auto.offset.reset") {
-            if crate::source::reset_position(reset).is_none() {
+            if OffsetReset::parse(reset).is_none() {
                 c.fail(
                     "kafka.properties.auto.offset.reset",
                     format!(
@@ -1148,19 +1144,19 @@ field = "amount"
     fn a_full_config_validates() {
         let (spec, warnings) = parse_raw(GOOD, no_env()).unwrap().validate().unwrap();
         assert_eq!(
-            spec.window,
+            spec.engine.window,
             WindowKind::Sliding {
                 size: 600_000,
                 slide: 60_000,
                 offset: 0
             }
         );
-        assert_eq!(spec.allowed_lateness, 60_000);
+        assert_eq!(spec.engine.allowed_lateness, 60_000);
         assert_eq!(spec.input.key, vec!["user", "id"]);
         assert_eq!(spec.input.fields, vec![vec!["amount".to_string()]]);
-        assert_eq!(spec.aggregations[2].field, Some(0));
-        assert_eq!(spec.trigger.late, LateFiring::None);
-        assert_eq!(spec.watermark.idle_timeout, Some(30_000));
+        assert_eq!(spec.engine.aggregations[2].field, Some(0));
+        assert_eq!(spec.engine.trigger.late, LateFiring::None);
+        assert_eq!(spec.engine.watermark.idle_timeout, Some(30_000));
         assert_eq!(
             warnings.len(),
             1,
@@ -1260,9 +1256,9 @@ op = "sum"
             ("UNRELATED".to_string(), "1".to_string()),
         ];
         let (spec, _) = parse_raw(GOOD, env).unwrap().validate().unwrap();
-        assert_eq!(spec.name, "renamed");
+        assert_eq!(spec.engine.name, "renamed");
         assert_eq!(
-            spec.window,
+            spec.engine.window,
             WindowKind::Sliding {
                 size: 1_200_000,
                 slide: 60_000,
@@ -1326,8 +1322,7 @@ dead_letter_topic = "clicks-dead"
         let (spec, _) = parse_raw(&with_id, no_env()).unwrap().validate().unwrap();
         let k = spec.kafka.unwrap();
         assert!(k.static_membership);
-        let consumer = crate::source::consumer_config(&k);
-        assert_eq!(consumer.get("group.instance.id"), Some("host-1"));
+        assert_eq!(k.instance_id, "host-1");
         // Turned off from the environment, as compose or Kubernetes would.
         let env = vec![(
             "TIDEMARK__KAFKA__STATIC_MEMBERSHIP".to_string(),
@@ -1336,10 +1331,6 @@ dead_letter_topic = "clicks-dead"
         let (spec, _) = parse_raw(&with_id, env).unwrap().validate().unwrap();
         let k = spec.kafka.unwrap();
         assert!(!k.static_membership);
-        assert_eq!(
-            crate::source::consumer_config(&k).get("group.instance.id"),
-            None
-        );
     }
 
     #[test]

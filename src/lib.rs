@@ -40,11 +40,13 @@
 pub mod audit;
 pub mod avro;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod coordinator;
 pub mod http;
 pub mod kafka;
 pub mod metrics;
+pub mod pipeline;
 pub mod produce;
 pub mod record;
 pub mod simulate;

@@ -7,7 +7,7 @@
 //! id), at a given rate (or as fast as possible), over a number of keys, with bounded disorder and
 //! a share of late and malformed records. The topic is created when missing.
 
-use crate::coordinator::wall_ms;
+use crate::clock::wall_ms;
 use apache_avro::types::Value;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;

@@ -4,19 +4,20 @@
 //! (epoch milliseconds as an integer, or an RFC 3339 string) and each numeric value. Anything else is
 //! a [`DecodeError`], which callers turn into a dead letter with reason `malformed`.
 
-use crate::config::InputSpec;
 use crate::windowing::time::MAX_ABS_TIMESTAMP;
 use serde_json::Value;
 
-/// A decoded event: what the windowing core consumes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Event {
-    /// The grouping key.
-    pub key: String,
-    /// Event time in epoch milliseconds.
-    pub ts: i64,
-    /// Numeric values, in the order of [`InputSpec::fields`].
-    pub values: Vec<f64>,
+pub use crate::windowing::spec::Event;
+
+/// Where the key, timestamp and numeric values are in an event, as split field paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputSpec {
+    /// Key path segments.
+    pub key: Vec<String>,
+    /// Timestamp path segments.
+    pub timestamp: Vec<String>,
+    /// Distinct numeric field paths; aggregations refer to them by index.
+    pub fields: Vec<Vec<String>>,
 }
 
 /// Why a record could not be decoded.
@@ -206,40 +207,6 @@ impl JsonDecoder {
             });
         }
         Ok(ts)
-    }
-}
-
-/// Decodes input records in the pipeline's format.
-#[derive(Debug)]
-pub enum Decoder {
-    /// JSON objects.
-    Json(JsonDecoder),
-    /// Avro, plain or Confluent-framed.
-    Avro(Box<crate::avro::AvroDecoder>),
-}
-
-impl Decoder {
-    /// The decoder the pipeline's `[input]` section asks for; `registry` serves Confluent ids.
-    pub fn for_spec(
-        spec: &crate::config::PipelineSpec,
-        registry: Option<crate::avro::SchemaRegistry>,
-    ) -> Result<Decoder, crate::avro::AvroError> {
-        Ok(match &spec.avro_input {
-            None => Decoder::Json(JsonDecoder::new(spec.input.clone())),
-            Some(avro) => Decoder::Avro(Box::new(crate::avro::AvroDecoder::new(
-                spec.input.clone(),
-                avro,
-                registry,
-            )?)),
-        })
-    }
-
-    /// Decodes a record value whose grouping key is the record key.
-    pub fn decode_keyed(&mut self, bytes: &[u8], key: String) -> Result<Event, DecodeError> {
-        match self {
-            Decoder::Json(d) => d.decode_keyed(bytes, key),
-            Decoder::Avro(d) => d.decode(bytes, Some(key)),
-        }
     }
 }
 

@@ -10,12 +10,13 @@
 //! (`original_base64`).
 
 use crate::config::PipelineSpec;
+use crate::pipeline::{Reason, Rejection, Step};
 use crate::record::JsonDecoder;
 use crate::sink::json::encode_pane;
 use crate::state::store::StateStore;
-use crate::windowing::engine::{Admission, Engine, EngineError};
+use crate::windowing::aggregate::AggSpec;
+use crate::windowing::engine::{EngineError, Pane};
 use crate::windowing::time::MAX_ABS_TIMESTAMP;
-use crate::windowing::watermark::WatermarkTracker;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -50,14 +51,6 @@ pub struct Summary {
     pub malformed: u64,
 }
 
-fn watermark_json(wm: i64) -> Value {
-    if wm == i64::MIN {
-        Value::Null
-    } else {
-        json!(wm)
-    }
-}
-
 /// Why a control line was rejected.
 fn control_value(v: &Value, name: &str) -> Result<i64, String> {
     match v.as_i64() {
@@ -68,7 +61,8 @@ fn control_value(v: &Value, name: &str) -> Result<i64, String> {
     }
 }
 
-/// Runs `spec` over `input`, writing panes to `panes` and dead letters to `dead_letters`.
+/// Runs `spec` over `input`, writing panes to `panes` and dead letters to `dead_letters`. Every
+/// line goes through the same [`Step`] as a record of `tidemark run`.
 pub fn run(
     spec: &PipelineSpec,
     store: &StateStore,
@@ -76,29 +70,35 @@ pub fn run(
     panes: &mut dyn Write,
     dead_letters: &mut dyn Write,
 ) -> Result<Summary, SimulateError> {
-    let mut engine = Engine::open(spec, store, 0)?;
+    // No future-timestamp guard: the simulated clock starts at 0.
+    let mut step = Step::open(&spec.engine, store, 0, None)?;
     let decoder = JsonDecoder::new(spec.input.clone());
-    let mut tracker = WatermarkTracker::new(spec.watermark);
+    let aggregations = &spec.engine.aggregations;
     let mut summary = Summary::default();
     let mut now: i64 = 0;
 
     let mut dead = |summary: &mut Summary,
                     line_no: u64,
                     line: &str,
-                    reason: &str,
-                    wm: i64,
+                    r: Rejection,
                     extra: Value|
      -> std::io::Result<()> {
         let mut obj = json!({
-            "reason": reason,
+            "reason": r.reason.as_str(),
             "line": line_no,
-            "watermark": watermark_json(wm),
+            "watermark": r.watermark,
             "original": line,
         });
-        if let (Value::Object(o), Value::Object(e)) = (&mut obj, extra) {
-            o.extend(e);
+        let more = match r.reason {
+            Reason::Late => json!({"event_time": r.event_time, "late_by_ms": r.late_by_ms}),
+            _ => json!({"detail": r.detail}),
+        };
+        for e in [more, extra] {
+            if let (Value::Object(o), Value::Object(e)) = (&mut obj, e) {
+                o.extend(e);
+            }
         }
-        if reason == "late" {
+        if r.reason == Reason::Late {
             summary.late += 1;
         } else {
             summary.malformed += 1;
@@ -113,118 +113,92 @@ pub fn run(
         }
         summary.lines += 1;
         let line_no = summary.lines;
-        let wm = engine.watermark();
         // A line that is not UTF-8 cannot be an event: a dead letter that keeps its bytes.
         let line = match String::from_utf8(bytes) {
             Ok(line) => line,
             Err(e) => {
                 let valid_up_to = e.utf8_error().valid_up_to();
                 let bytes = e.into_bytes();
+                let detail = format!("not valid UTF-8 (byte {valid_up_to})");
+                let out = step.record(Err(detail), now)?;
+                let extra = json!({"original_base64": BASE64.encode(&bytes)});
+                let r = out.rejection.expect("a decoding failure is rejected");
                 dead(
                     &mut summary,
                     line_no,
                     &String::from_utf8_lossy(&bytes),
-                    "malformed",
-                    wm,
-                    json!({
-                        "detail": format!("not valid UTF-8 (byte {valid_up_to})"),
-                        "original_base64": BASE64.encode(&bytes),
-                    }),
+                    r,
+                    extra,
                 )?;
+                write_panes(&mut summary, panes, out.panes, aggregations)?;
                 continue;
             }
         };
         if line.trim().is_empty() {
             continue;
         }
-        let value: Value = match serde_json::from_str(&line) {
-            Ok(v) => v,
-            Err(e) => {
-                dead(
-                    &mut summary,
-                    line_no,
-                    &line,
-                    "malformed",
-                    wm,
-                    json!({"detail": format!("not JSON: {e}")}),
-                )?;
-                continue;
+        let decoded = match serde_json::from_str::<Value>(&line) {
+            Err(e) => Err(format!("not JSON: {e}")),
+            Ok(value) => {
+                let fired = if let Some(v) = value.get("$watermark") {
+                    control_value(v, "$watermark").map(|ms| step.set_watermark(ms))
+                } else if let Some(v) = value.get("$advance_processing_time") {
+                    match control_value(v, "$advance_processing_time") {
+                        Ok(ms) if ms >= 0 => {
+                            now = now.saturating_add(ms);
+                            Ok(step.tick(now))
+                        }
+                        _ => Err("$advance_processing_time must be a non-negative integer number of milliseconds".to_string()),
+                    }
+                } else {
+                    let decoded = decoder.decode_value(&value).map_err(|e| e.to_string());
+                    let is_event = decoded.is_ok();
+                    let out = step.record(decoded, now)?;
+                    if let Some(r) = out.rejection {
+                        dead(&mut summary, line_no, &line, r, Value::Null)?;
+                    }
+                    write_panes(&mut summary, panes, out.panes, aggregations)?;
+                    if is_event {
+                        summary.events += 1;
+                        if summary.events % FLUSH_EVERY == 0 {
+                            step.engine_mut().flush()?;
+                        }
+                    }
+                    continue;
+                };
+                match fired {
+                    Ok(fired) => {
+                        write_panes(&mut summary, panes, fired?, aggregations)?;
+                        continue;
+                    }
+                    Err(detail) => Err(detail),
+                }
             }
         };
-        if let Some(v) = value.get("$watermark") {
-            match control_value(v, "$watermark") {
-                Ok(ms) => {
-                    let wm = tracker.set_manual(ms);
-                    engine.advance_watermark(wm)?;
-                }
-                Err(detail) => dead(
-                    &mut summary,
-                    line_no,
-                    &line,
-                    "malformed",
-                    wm,
-                    json!({"detail": detail}),
-                )?,
-            }
-        } else if let Some(v) = value.get("$advance_processing_time") {
-            match control_value(v, "$advance_processing_time") {
-                Ok(ms) if ms >= 0 => {
-                    now = now.saturating_add(ms);
-                    engine.advance_processing_time(now)?;
-                    let wm = tracker.on_processing_time(now);
-                    engine.advance_watermark(wm)?;
-                }
-                Ok(_) | Err(_) => dead(
-                    &mut summary,
-                    line_no,
-                    &line,
-                    "malformed",
-                    wm,
-                    json!({"detail": "$advance_processing_time must be a non-negative integer number of milliseconds"}),
-                )?,
-            }
-        } else {
-            match decoder.decode_value(&value) {
-                Err(e) => dead(
-                    &mut summary,
-                    line_no,
-                    &line,
-                    "malformed",
-                    wm,
-                    json!({"detail": e.to_string()}),
-                )?,
-                Ok(ev) => {
-                    summary.events += 1;
-                    if let Admission::Late { watermark } = engine.process(&ev)? {
-                        dead(
-                            &mut summary,
-                            line_no,
-                            &line,
-                            "late",
-                            watermark,
-                            json!({"event_time": ev.ts, "late_by_ms": watermark.saturating_sub(ev.ts)}),
-                        )?;
-                    }
-                    let wm = tracker.on_record(ev.ts, now);
-                    engine.advance_watermark(wm)?;
-                    if summary.events % FLUSH_EVERY == 0 {
-                        engine.flush()?;
-                    }
-                }
-            }
+        // A line that is not JSON, or a control line out of range.
+        let out = step.record(decoded, now)?;
+        if let Some(r) = out.rejection {
+            dead(&mut summary, line_no, &line, r, Value::Null)?;
         }
-        for pane in engine.take_panes() {
-            summary.panes += 1;
-            writeln!(panes, "{}", encode_pane(&pane, &spec.aggregations))?;
-        }
+        write_panes(&mut summary, panes, out.panes, aggregations)?;
     }
-    engine.finish()?;
-    for pane in engine.take_panes() {
-        summary.panes += 1;
-        writeln!(panes, "{}", encode_pane(&pane, &spec.aggregations))?;
-    }
-    engine.flush()?;
+    let fired = step.finish()?;
+    write_panes(&mut summary, panes, fired, aggregations)?;
+    step.engine_mut().flush()?;
     panes.flush()?;
     dead_letters.flush()?;
     Ok(summary)
+}
+
+fn write_panes(
+    summary: &mut Summary,
+    out: &mut dyn Write,
+    panes: Vec<Pane>,
+    aggregations: &[AggSpec],
+) -> std::io::Result<()> {
+    for pane in panes {
+        summary.panes += 1;
+        writeln!(out, "{}", encode_pane(&pane, aggregations))?;
+    }
+    Ok(())
 }

@@ -16,8 +16,9 @@ use tidemark::avro::{
     DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHEMA,
 };
 use tidemark::config::{parse_raw, ConfigError, PipelineSpec};
-use tidemark::record::{DecodeError, Decoder};
+use tidemark::record::DecodeError;
 use tidemark::sink::kafka::DeadLetterInfo;
+use tidemark::source::decode::Decoder;
 use tidemark::windowing::assigner::Window;
 use tidemark::windowing::engine::Pane;
 use tidemark::windowing::trigger::Timing;
@@ -362,7 +363,10 @@ fn panes_and_dead_letters_read_back_with_the_published_schemas() {
     for (framing, id) in [(Framing::Plain, 0), (Framing::Confluent, 12)] {
         let enc = AvroEncoder::new(framing, id, id + 1).unwrap();
         let b = enc
-            .pane(&pane(Timing::Late, vec![Some(7.5)]), &spec.aggregations)
+            .pane(
+                &pane(Timing::Late, vec![Some(7.5)]),
+                &spec.engine.aggregations,
+            )
             .unwrap();
         if framing == Framing::Confluent {
             assert_eq!(&b[..5], &[0, 0, 0, 0, 12]);
@@ -417,7 +421,7 @@ fn panes_and_dead_letters_read_back_with_the_published_schemas() {
     // An empty mean is null, not NaN.
     let enc = AvroEncoder::new(Framing::Plain, 0, 0).unwrap();
     let b = enc
-        .pane(&pane(Timing::OnTime, vec![None]), &spec.aggregations)
+        .pane(&pane(Timing::OnTime, vec![None]), &spec.engine.aggregations)
         .unwrap();
     let Value::Record(fields) = decode_value(&window_result, Framing::Plain, &b).unwrap() else {
         panic!()

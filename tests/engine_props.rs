@@ -78,7 +78,7 @@ fn sorted(mut panes: Vec<Pane>) -> Vec<String> {
 fn open(spec: &PipelineSpec, layout: Layout, cache: usize) -> (tempfile::TempDir, Engine) {
     let dir = tempfile::tempdir().unwrap();
     let store = StateStore::open(dir.path()).unwrap();
-    let engine = Engine::open_with_layout(spec, &store, 0, layout, cache).unwrap();
+    let engine = Engine::open_with_layout(&spec.engine, &store, 0, layout, cache).unwrap();
     (dir, engine)
 }
 
@@ -181,7 +181,7 @@ proptest! {
         let mut wm = i64::MIN;
         for chunk in ops.chunks(cut_every) {
             let store = StateStore::open(dir.path()).unwrap();
-            let mut e = Engine::open_with_layout(&s, &store, 0, layout, 1).unwrap();
+            let mut e = Engine::open_with_layout(&s.engine, &store, 0, layout, 1).unwrap();
             e.advance_watermark(wm).unwrap();
             prop_assert!(e.take_panes().is_empty(), "reopening fired panes");
             for op in chunk {
@@ -197,7 +197,7 @@ proptest! {
             wm = e.watermark();
         }
         let store = StateStore::open(dir.path()).unwrap();
-        let mut e = Engine::open_with_layout(&s, &store, 0, layout, 1).unwrap();
+        let mut e = Engine::open_with_layout(&s.engine, &store, 0, layout, 1).unwrap();
         e.advance_watermark(wm).unwrap();
         e.finish().unwrap();
         got.extend(e.take_panes());

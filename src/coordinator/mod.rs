@@ -30,18 +30,21 @@
 //! partitions.
 
 use crate::avro::{AvroEncoder, Framing, OutputFormat, SchemaRegistry};
+use crate::clock::wall_ms;
 use crate::config::{KafkaSpec, PipelineSpec};
 use crate::metrics::{self as m, Health};
-use crate::record::{DecodeError, Decoder};
+use crate::pipeline::{Rejection, Step};
+use crate::record::DecodeError;
 use crate::sink::json::encode_pane;
 use crate::sink::kafka::{dead_letter_headers, pane_headers, DeadLetterInfo};
+use crate::source::decode::Decoder;
 use crate::source::{consumer_config, producer_config};
-use crate::state::cache::Changes;
 use crate::state::changelog::{
     restore, OpenPolicy, RestoreError, StartPosition, OFFSET_MARKER_KEY, STAMP_HEADER,
 };
 use crate::state::store::{StateStore, StoredOffsets};
-use crate::windowing::engine::{Admission, Engine, Pane, WINDOW_OPERATOR};
+use crate::windowing::cache::Changes;
+use crate::windowing::engine::{Engine, Pane, WINDOW_OPERATOR};
 use crate::windowing::trigger::Timing;
 use crate::windowing::watermark::WatermarkTracker;
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
@@ -180,8 +183,8 @@ fn with_retry(
 
 /// One input partition being processed.
 struct Part {
-    engine: Engine,
-    tracker: WatermarkTracker,
+    /// The record step: the partition's engine and watermark tracker.
+    step: Step,
     /// Offset after the last processed record; `None` until the first record when the log has no
     /// committed offset for this partition.
     next_offset: Option<i64>,
@@ -279,14 +282,6 @@ pub struct Core {
     pub counters: [u64; 4],
 }
 
-/// The wall clock in epoch milliseconds (processing time of the Kafka runtime).
-pub fn wall_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 impl Core {
     fn send(&self, record: BaseRecord<'_, [u8], [u8], usize>) -> Result<(), CycleError> {
         self.deliveries.outstanding.fetch_add(1, Ordering::AcqRel);
@@ -311,9 +306,9 @@ impl Core {
     fn send_panes(&mut self, panes: Vec<Pane>, fired_at: i64) -> Result<(), CycleError> {
         for p in panes {
             let value = match &self.encoder {
-                None => encode_pane(&p, &self.spec.aggregations).into_bytes(),
+                None => encode_pane(&p, &self.spec.engine.aggregations).into_bytes(),
                 Some(enc) => enc
-                    .pane(&p, &self.spec.aggregations)
+                    .pane(&p, &self.spec.engine.aggregations)
                     .map_err(|e| CycleError::Fatal(e.to_string()))?,
             };
             let record = BaseRecord::with_opaque_to(&self.k.output_topic, 0usize)
@@ -368,8 +363,7 @@ impl Core {
         let p = msg.partition();
         let offset = msg.offset();
         let now = wall_ms();
-        let skew = self.k.max_future_skew;
-        let topic = msg.topic().to_string();
+        let topic = msg.topic();
         let appended = msg.timestamp().to_millis().unwrap_or(now);
         let Some(part) = self.parts.get_mut(&p) else {
             return Ok(()); // not (or no longer) ours
@@ -399,19 +393,6 @@ impl Core {
             self.batch.fired_at.push(appended);
             return self.send(record);
         }
-        part.engine
-            .advance_processing_time(now)
-            .map_err(|e| CycleError::Fatal(e.to_string()))?;
-        let wm = part.engine.watermark();
-        let info = |reason, detail: String, late_by: Option<i64>| DeadLetterInfo {
-            reason,
-            topic: topic.clone(),
-            partition: p,
-            offset,
-            watermark: (wm != i64::MIN).then_some(wm),
-            late_by_ms: late_by,
-            detail,
-        };
         let key = msg.key().map(|k| String::from_utf8_lossy(k).into_owned());
         let decoded = match (key, msg.payload()) {
             (None, _) => Err("record has no key".to_string()),
@@ -426,40 +407,17 @@ impl Core {
         part.batch_in += 1;
         self.batch_records += 1;
         self.dirty = true;
-        let ev = match decoded {
-            Ok(ev) => ev,
-            Err(detail) => return self.dead_letter(msg, info("malformed", detail, None)),
-        };
-        if ev.ts > now.saturating_add(skew) {
-            let detail = format!(
-                "event time {} is more than {} ms ahead of the wall clock {now}",
-                ev.ts, skew
-            );
-            return self.dead_letter(msg, info("future_timestamp", detail, None));
-        }
-        if wm != i64::MIN && ev.ts < wm {
-            self.lateness.record((wm - ev.ts) as f64 / 1000.0);
-        }
-        let admission = part
-            .engine
-            .process(&ev)
+        let out = part
+            .step
+            .record(decoded, now)
             .map_err(|e| CycleError::Fatal(e.to_string()))?;
-        let wm_after = part.tracker.on_record(ev.ts, now);
-        part.engine
-            .advance_watermark(wm_after)
-            .map_err(|e| CycleError::Fatal(e.to_string()))?;
-        let panes = part.engine.take_panes();
-        if let Admission::Late { watermark } = admission {
-            let detail = format!(
-                "every window of event time {} has expired at watermark {watermark}",
-                ev.ts
-            );
-            self.dead_letter(
-                msg,
-                info("late", detail, Some(watermark.saturating_sub(ev.ts))),
-            )?;
+        if let Some(behind) = out.behind_watermark_ms {
+            self.lateness.record(behind as f64 / 1000.0);
         }
-        self.send_panes(panes, appended)
+        if let Some(r) = out.rejection {
+            self.dead_letter(msg, dead_letter_info(r, topic, p, offset))?;
+        }
+        self.send_panes(out.panes, appended)
     }
 
     /// Lets processing time move idle watermarks and early firings when no record arrives.
@@ -467,18 +425,19 @@ impl Core {
         let now = wall_ms();
         let mut panes = Vec::new();
         for part in self.parts.values_mut() {
-            let fatal = |e: crate::windowing::engine::EngineError| CycleError::Fatal(e.to_string());
-            part.engine.advance_processing_time(now).map_err(fatal)?;
-            let wm = part.tracker.on_processing_time(now);
-            part.engine.advance_watermark(wm).map_err(fatal)?;
-            panes.extend(part.engine.take_panes());
+            let fired = part
+                .step
+                .tick(now)
+                .map_err(|e| CycleError::Fatal(e.to_string()))?;
+            panes.extend(fired);
         }
         // An idle member commits nothing; keep its watermark lag and state figures current anyway.
         if self.last_lag_update.elapsed() >= Duration::from_secs(1) {
             self.refresh_state_gauges();
             self.last_lag_update = Instant::now();
             for part in self.parts.values() {
-                part.gauges.set_watermark(part.engine.watermark(), now);
+                part.gauges
+                    .set_watermark(part.step.engine().watermark(), now);
             }
         }
         self.send_panes(panes, now)
@@ -530,10 +489,11 @@ impl Core {
             part.gauges
                 .records_in
                 .increment(std::mem::take(&mut part.batch_in));
-            part.gauges.set_watermark(part.engine.watermark(), now);
+            part.gauges
+                .set_watermark(part.step.engine().watermark(), now);
             part.gauges
                 .open_windows
-                .set(part.engine.pending_timers() as f64);
+                .set(part.step.engine().pending_timers() as f64);
         }
         self.refresh_state_gauges();
     }
@@ -559,7 +519,7 @@ impl Core {
         let parts: Vec<i32> = self.parts.keys().copied().collect();
         for p in parts {
             let part = self.parts.get_mut(&p).expect("listed");
-            let changes = part.engine.take_changes();
+            let changes = part.step.engine_mut().take_changes();
             // State changes without a processed record cannot happen (timers exist only for
             // windows that received records), so every changed partition has an offset.
             let Some(next) = part.next_offset else {
@@ -648,11 +608,12 @@ impl Core {
                 input: part.next_offset,
                 changelog: changelog.get(&p).map(|o| o + 1),
             };
-            part.engine
+            part.step
+                .engine_mut()
                 .write_changes(&ch, Some(offsets))
                 .map_err(|e| CycleError::Fatal(format!("writing local state: {e}")))?;
             part.committed_offset = part.next_offset;
-            part.committed_tracker = part.tracker.clone();
+            part.committed_tracker = part.step.tracker().clone();
             tracing::debug!(partition = p, offset = part.next_offset, "committed");
         }
         self.batch_records = 0;
@@ -698,9 +659,10 @@ impl Core {
         for p in parts {
             let part = self.parts.get_mut(&p).expect("listed");
             // Reopening drops the uncommitted cache: RocksDB holds exactly the committed state.
-            part.engine = Engine::open(&self.spec, &self.store, p)
+            let engine = Engine::open(&self.spec.engine, &self.store, p)
                 .map_err(|e| RunError::Fatal(e.to_string()))?;
-            part.tracker = part.committed_tracker.clone();
+            let tracker = part.committed_tracker.clone();
+            part.step = Step::new(engine, tracker, Some(self.k.max_future_skew));
             part.next_offset = part.committed_offset;
             part.batch_in = 0;
             // Nothing committed yet: back to the first record this assignment processed (where
@@ -803,17 +765,20 @@ impl Core {
             start_at
                 .add_partition_offset(&self.k.input_topic, p, offset)
                 .map_err(|e| RunError::Fatal(e.to_string()))?;
-            let engine = Engine::open(&self.spec, &self.store, p)
-                .map_err(|e| RunError::Fatal(e.to_string()))?;
             // The watermark resumes from the one stored with the state, so replayed records are
             // judged as they were the first time.
-            let tracker = WatermarkTracker::resume(self.spec.watermark, engine.watermark());
+            let step = Step::open(
+                &self.spec.engine,
+                &self.store,
+                p,
+                Some(self.k.max_future_skew),
+            )
+            .map_err(|e| RunError::Fatal(e.to_string()))?;
             self.parts.insert(
                 p,
                 Part {
-                    engine,
-                    committed_tracker: tracker.clone(),
-                    tracker,
+                    committed_tracker: step.tracker().clone(),
+                    step,
                     next_offset: start.offset,
                     committed_offset: start.offset,
                     first_seen: None,
@@ -949,6 +914,19 @@ fn changelog_record<'a>(
     match value {
         Some(v) => record.payload(v),
         None => record,
+    }
+}
+
+/// What a dead letter says about the input record `topic`/`partition`/`offset` it stands for.
+fn dead_letter_info(r: Rejection, topic: &str, partition: i32, offset: i64) -> DeadLetterInfo {
+    DeadLetterInfo {
+        reason: r.reason.as_str(),
+        topic: topic.to_string(),
+        partition,
+        offset,
+        watermark: r.watermark,
+        late_by_ms: r.late_by_ms,
+        detail: r.detail,
     }
 }
 

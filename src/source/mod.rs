@@ -1,23 +1,23 @@
 //! The input side: the consumer of the pipeline's group and the client settings shared with the
-//! producer.
+//! producer, and ([`decode`]) the decoding of input records into events.
 //!
 //! The consumer reads with `read_committed` isolation, never commits offsets itself (offsets are
 //! committed only inside transactions by the coordinator), and uses the cooperative-sticky
 //! assignor. A configured `instance_id` is also its `group.instance.id` (static membership).
 //! User properties from `[kafka.properties]` come last, except the ones tidemark owns.
 
-use crate::config::KafkaSpec;
+pub mod decode;
+
+use crate::config::{KafkaSpec, OffsetReset};
 use rdkafka::{ClientConfig, Offset};
 
 /// The position `auto.offset.reset` names, used for a partition on which no transaction has
-/// ever committed; `None` for a value tidemark does not accept (`error` included: a partition
-/// without committed work is normal for a new pipeline).
+/// ever committed; `None` for a value tidemark does not accept (see [`OffsetReset::parse`]).
 pub fn reset_position(value: &str) -> Option<Offset> {
-    match value {
-        "earliest" | "smallest" | "beginning" => Some(Offset::Beginning),
-        "latest" | "largest" | "end" => Some(Offset::End),
-        _ => None,
-    }
+    OffsetReset::parse(value).map(|r| match r {
+        OffsetReset::Earliest => Offset::Beginning,
+        OffsetReset::Latest => Offset::End,
+    })
 }
 
 /// Settings common to every client tidemark creates.
@@ -78,4 +78,41 @@ pub fn producer_config(k: &KafkaSpec) -> ClientConfig {
     c.set("transaction.timeout.ms", k.transaction_timeout.to_string());
     c.set("enable.idempotence", "true");
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_raw;
+
+    fn kafka(extra: &str) -> KafkaSpec {
+        let text = format!(
+            "name = \"p\"\n[input]\nkey = \"k\"\ntimestamp = \"t\"\n[window]\ntype = \"tumbling\"\nsize = \"1s\"\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n[kafka]\nbootstrap_servers = \"b:9092\"\ninput_topic = \"in\"\noutput_topic = \"out\"\ndead_letter_topic = \"dead\"\n{extra}"
+        );
+        let (spec, _) = parse_raw(&text, Vec::new()).unwrap().validate().unwrap();
+        spec.kafka.unwrap()
+    }
+
+    #[test]
+    fn a_static_member_sends_its_instance_id_and_a_dynamic_one_does_not() {
+        let k = kafka("instance_id = \"host-1\"\n");
+        assert_eq!(consumer_config(&k).get("group.instance.id"), Some("host-1"));
+        let k = kafka("instance_id = \"host-1\"\nstatic_membership = false\n");
+        assert_eq!(consumer_config(&k).get("group.instance.id"), None);
+    }
+
+    #[test]
+    fn reset_names_map_to_positions() {
+        assert_eq!(reset_position("smallest"), Some(Offset::Beginning));
+        assert_eq!(reset_position("end"), Some(Offset::End));
+        assert_eq!(reset_position("error"), None);
+    }
+
+    #[test]
+    fn the_consumer_never_commits_and_reads_committed() {
+        let k = kafka("");
+        let c = consumer_config(&k);
+        assert_eq!(c.get("isolation.level"), Some("read_committed"));
+        assert_eq!(c.get("enable.auto.commit"), Some("false"));
+    }
 }

@@ -24,6 +24,7 @@
 //! can no longer commit), or when the restore has waited one timeout. It then stores the offset
 //! of the first such record as the changelog position, so a later restore reads it again.
 
+use crate::clock::wall_ms;
 use crate::kafka::raw_log::{stream_partition, PartitionLog, RawLogError, RawRecord};
 use crate::state::store::{StateStore, StoreError, StoredOffsets};
 use rocksdb::WriteBatch;
@@ -172,13 +173,6 @@ impl OpenPolicy {
             OpenDecision::Wait(first)
         }
     }
-}
-
-fn wall_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Where a restore starts: the stored changelog position and the committed offset local state

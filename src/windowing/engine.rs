@@ -16,12 +16,11 @@
 
 use super::aggregate::{needs_min_max, Acc, AggSpec};
 use super::assigner::{SliceGrid, Window, WindowKind};
-use super::trigger::{Accumulation, LateFiring, Timing, TriggerSpec};
-use crate::config::PipelineSpec;
-use crate::record::Event;
-use crate::state::cache::{
+use super::cache::{
     Changes, Cursor, KeyState, PartitionState, Running, TimerKind, TimerRules, WinState,
 };
+use super::spec::{EngineSpec, Event};
+use super::trigger::{Accumulation, LateFiring, Timing, TriggerSpec};
 use crate::state::store::{StateStore, StoreError, StoredOffsets};
 use sha2::{Digest, Sha256};
 
@@ -84,7 +83,7 @@ pub enum Layout {
 
 impl Layout {
     /// The layout tidemark uses for a pipeline.
-    pub fn for_spec(spec: &PipelineSpec) -> Layout {
+    pub fn for_spec(spec: &EngineSpec) -> Layout {
         match spec.window {
             WindowKind::Tumbling { .. } => Layout::PerWindow,
             WindowKind::Sliding {
@@ -252,7 +251,7 @@ fn add(st: &mut WinState, values: &[f64], acc: Accumulation) {
 impl Engine {
     /// Opens the engine for `partition`, restoring its state from `store`.
     pub fn open(
-        spec: &PipelineSpec,
+        spec: &EngineSpec,
         store: &StateStore,
         partition: i32,
     ) -> Result<Engine, EngineError> {
@@ -261,13 +260,13 @@ impl Engine {
             store,
             partition,
             Layout::for_spec(spec),
-            crate::state::cache::DEFAULT_CACHE_KEYS,
+            super::cache::DEFAULT_CACHE_KEYS,
         )
     }
 
     /// Opens the engine with an explicit layout and cache size (benchmarks compare layouts).
     pub fn open_with_layout(
-        spec: &PipelineSpec,
+        spec: &EngineSpec,
         store: &StateStore,
         partition: i32,
         layout: Layout,

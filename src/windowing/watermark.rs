@@ -7,7 +7,15 @@
 //! `$watermark` control line of `simulate`) switches the strategy off. Watermarks never go back.
 
 use super::time::Millis;
-use crate::config::WatermarkSpec;
+
+/// The watermark strategy: bounded out-of-orderness, with an optional idle timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatermarkSpec {
+    /// Bound on out-of-orderness in milliseconds.
+    pub max_out_of_orderness: i64,
+    /// Idle timeout in milliseconds, if any.
+    pub idle_timeout: Option<i64>,
+}
 
 /// Tracks one input's watermark.
 #[derive(Debug, Clone)]

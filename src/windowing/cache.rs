@@ -12,10 +12,10 @@
 //! scan up to the watermark (or clock). They are rebuilt from the column family when a partition is
 //! opened, so they are never written to RocksDB or the changelog.
 
-use super::keys::{self, StateKey, TAG_CURSOR, TAG_SLICE, TAG_WINDOW};
-use super::store::{StateStore, StoreError, StoredOffsets};
-use crate::windowing::aggregate::Acc;
-use crate::windowing::assigner::Window;
+use super::aggregate::Acc;
+use super::assigner::Window;
+use crate::state::keys::{self, StateKey, TAG_CURSOR, TAG_SLICE, TAG_WINDOW};
+use crate::state::store::{StateStore, StoreError, StoredOffsets};
 use compact_str::CompactString;
 use rocksdb::{Direction, IteratorMode, WriteBatch};
 use rustc_hash::FxHashMap;

@@ -1,0 +1,37 @@
+//! What the windowing core runs and what it consumes, in its own types.
+//!
+//! The config layer validates a pipeline file and converts it into an [`EngineSpec`]; the codecs
+//! decode records into [`Event`]s. The core depends on neither.
+
+use super::aggregate::AggSpec;
+use super::assigner::WindowKind;
+use super::trigger::TriggerSpec;
+use super::watermark::WatermarkSpec;
+
+/// Everything that shapes the engine's windows, firings and state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineSpec {
+    /// Pipeline name; part of every pane's deduplication id.
+    pub name: String,
+    /// The window.
+    pub window: WindowKind,
+    /// Allowed lateness in milliseconds.
+    pub allowed_lateness: i64,
+    /// The watermark strategy.
+    pub watermark: WatermarkSpec,
+    /// The trigger.
+    pub trigger: TriggerSpec,
+    /// The aggregations, in output order.
+    pub aggregations: Vec<AggSpec>,
+}
+
+/// A decoded event: what the windowing core consumes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// The grouping key.
+    pub key: String,
+    /// Event time in epoch milliseconds.
+    pub ts: i64,
+    /// Numeric values, in the order the pipeline's aggregations refer to them by index.
+    pub values: Vec<f64>,
+}
