@@ -1,0 +1,263 @@
+//! The commit cycle, one helper per numbered step (see the module docs of
+//! [`crate::coordinator`]), and the abort that rewinds to the last commit. Only this file makes
+//! offsets, output and state durable.
+
+use super::errors::{classify, with_retry, CycleError, RunError};
+use super::telemetry::BatchOutcome;
+use super::Core;
+use crate::metrics as m;
+use crate::pipeline::Step;
+use crate::state::changelog::{OFFSET_MARKER_KEY, STAMP_HEADER};
+use crate::state::store::StoredOffsets;
+use crate::windowing::cache::Changes;
+use crate::windowing::engine::Engine;
+use metrics::counter;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+impl Core {
+    /// Whether the open transaction should commit now: it holds work, and the batch is full or
+    /// the commit interval has passed.
+    pub(super) fn due(&self) -> bool {
+        self.dirty
+            && (self.batch_records >= self.k.max_batch_records
+                || self.last_commit.elapsed()
+                    >= Duration::from_millis(self.k.commit_interval as u64))
+    }
+
+    /// The commit cycle: the only place where offsets, output and state become durable. It is
+    /// private to this file; the rest of the coordinator calls [`Core::commit`], which also
+    /// handles its failure.
+    fn commit_cycle<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+    ) -> Result<(), CycleError> {
+        let started = Instant::now();
+        let changes = self.step1_produce_changelog()?;
+        self.step2_await_deliveries()?;
+        self.step3_send_offsets(consumer)?;
+        self.step4_commit()?;
+        self.step5_write_local_state(changes)?;
+        self.step6_begin()?;
+        self.report_commit(started);
+        Ok(())
+    }
+
+    /// Step 1: every changed state entry, and an offset marker per consumed partition, into the
+    /// changelog.
+    fn step1_produce_changelog(&mut self) -> Result<Vec<(i32, Changes)>, CycleError> {
+        let mut all = Vec::new();
+        let parts: Vec<i32> = self.parts.keys().copied().collect();
+        for p in parts {
+            let part = self.parts.get_mut(&p).expect("listed");
+            let changes = part.step.engine_mut().take_changes();
+            // State changes without a processed record cannot happen (timers exist only for
+            // windows that received records), so every changed partition has an offset.
+            let Some(next) = part.next_offset else {
+                debug_assert!(changes.is_empty(), "state changed before any record");
+                all.push((p, changes));
+                continue;
+            };
+            let stamp = next.to_string();
+            let consumed = part.committed_offset != Some(next);
+            let topic = self.k.changelog_topic.as_str();
+            for (key, value) in changes.iter() {
+                self.send(changelog_record(topic, p, &stamp, key, value))?;
+            }
+            // The offset marker: the log's own record that this transaction commits `next`.
+            if consumed {
+                let marker = Some(stamp.as_bytes());
+                self.send(changelog_record(
+                    topic,
+                    p,
+                    &stamp,
+                    OFFSET_MARKER_KEY,
+                    marker,
+                ))?;
+            }
+            all.push((p, changes));
+        }
+        Ok(all)
+    }
+
+    /// Step 2: everything produced in the transaction is delivered (or the first failure).
+    fn step2_await_deliveries(&mut self) -> Result<(), CycleError> {
+        let deadline = Instant::now() + Duration::from_millis(self.k.transaction_timeout as u64);
+        while self.deliveries.outstanding.load(Ordering::Acquire) > 0 {
+            if Instant::now() > deadline {
+                return Err(CycleError::Abortable(
+                    "deliveries did not complete within the transaction timeout".into(),
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if let Some(e) = self.deliveries.error.lock().expect("lock").take() {
+            return Err(classify("delivery", e)
+                .err()
+                .unwrap_or(CycleError::Abortable("delivery failed".into())));
+        }
+        Ok(())
+    }
+
+    /// Step 3: the group offsets go into the transaction (a hint; the log's offset markers rule).
+    fn step3_send_offsets<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+    ) -> Result<(), CycleError> {
+        let mut tpl = TopicPartitionList::new();
+        for (&p, part) in &self.parts {
+            if let Some(next) = part.next_offset {
+                tpl.add_partition_offset(&self.k.input_topic, p, Offset::Offset(next))
+                    .map_err(|e| CycleError::Fatal(e.to_string()))?;
+            }
+        }
+        if tpl.count() == 0 {
+            return Ok(());
+        }
+        let cgm = consumer
+            .group_metadata()
+            .ok_or_else(|| CycleError::Abortable("no consumer group metadata yet".into()))?;
+        let timeout = Duration::from_millis(self.k.transaction_timeout as u64);
+        with_retry("send_offsets_to_transaction", || {
+            self.producer
+                .send_offsets_to_transaction(&tpl, &cgm, timeout)
+        })
+    }
+
+    /// Step 4: the transaction commits.
+    fn step4_commit(&mut self) -> Result<(), CycleError> {
+        let timeout = Duration::from_millis(self.k.transaction_timeout as u64);
+        with_retry("commit_transaction", || {
+            self.producer.commit_transaction(timeout)
+        })?;
+        self.counters[0] += 1;
+        Ok(())
+    }
+
+    /// Step 5: each partition's state batch, with its input and changelog offsets, into RocksDB.
+    fn step5_write_local_state(&mut self, changes: Vec<(i32, Changes)>) -> Result<(), CycleError> {
+        let changelog = std::mem::take(&mut *self.deliveries.changelog.lock().expect("lock"));
+        for (p, ch) in changes {
+            let part = self.parts.get_mut(&p).expect("listed");
+            let offsets = StoredOffsets {
+                input: part.next_offset,
+                changelog: changelog.get(&p).map(|o| o + 1),
+            };
+            part.step
+                .engine_mut()
+                .write_changes(&ch, Some(offsets))
+                .map_err(|e| CycleError::Fatal(format!("writing local state: {e}")))?;
+            part.committed_offset = part.next_offset;
+            part.committed_tracker = part.step.tracker().clone();
+            tracing::debug!(partition = p, offset = part.next_offset, "committed");
+        }
+        self.batch_records = 0;
+        self.dirty = false;
+        self.last_commit = Instant::now();
+        Ok(())
+    }
+
+    /// Step 6: the next transaction begins.
+    fn step6_begin(&mut self) -> Result<(), CycleError> {
+        self.producer.begin_transaction().map_err(|e| {
+            classify("begin_transaction", e)
+                .err()
+                .unwrap_or(CycleError::Fatal("begin".into()))
+        })
+    }
+
+    /// Aborts the open transaction and rewinds every partition to its committed state and offset.
+    pub(super) fn abort_and_rewind<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+        why: &str,
+    ) -> Result<(), RunError> {
+        // Never abort after fencing or another fatal error: stop instead.
+        if let Some(fatal) = self.producer_fatal() {
+            return Err(RunError::Fatal(format!("{fatal} (while handling: {why})")));
+        }
+        tracing::warn!("aborting transaction: {why}");
+        let timeout = Duration::from_millis(self.k.transaction_timeout as u64);
+        // Wait for outstanding deliveries to settle (they fail or land in the aborted transaction).
+        let deadline = Instant::now() + timeout;
+        while self.deliveries.outstanding.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.producer
+            .abort_transaction(timeout)
+            .map_err(|e| RunError::Fatal(format!("abort_transaction: {e}")))?;
+        self.deliveries.error.lock().expect("lock").take();
+        self.deliveries.changelog.lock().expect("lock").clear();
+        self.counters[1] += 1;
+        counter!(m::TRANSACTIONS, "outcome" => "aborted").increment(1);
+        self.batch = BatchOutcome::default();
+        let parts: Vec<i32> = self.parts.keys().copied().collect();
+        for p in parts {
+            let part = self.parts.get_mut(&p).expect("listed");
+            // Reopening drops the uncommitted cache: RocksDB holds exactly the committed state.
+            let engine = Engine::open(&self.spec.engine, &self.store, p)
+                .map_err(|e| RunError::Fatal(e.to_string()))?;
+            let tracker = part.committed_tracker.clone();
+            part.step = Step::new(engine, tracker, Some(self.k.max_future_skew));
+            part.next_offset = part.committed_offset;
+            part.batch_in = 0;
+            // Nothing committed yet: back to the first record this assignment processed (where
+            // the reset position led); nothing processed: the position has not moved.
+            let Some(to) = part.committed_offset.or(part.first_seen) else {
+                continue;
+            };
+            tracing::info!(
+                partition = p,
+                offset = to,
+                "rewound to the committed offset"
+            );
+            consumer
+                .seek(&self.k.input_topic, p, Offset::Offset(to), timeout)
+                .map_err(|e| RunError::Fatal(format!("seek partition {p}: {e}")))?;
+        }
+        self.batch_records = 0;
+        self.dirty = false;
+        self.producer
+            .begin_transaction()
+            .map_err(|e| RunError::Fatal(format!("begin_transaction after abort: {e}")))
+    }
+
+    /// Runs the commit cycle and handles its failure as the module docs say.
+    pub(super) fn commit<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+    ) -> Result<(), RunError> {
+        match self.commit_cycle(consumer) {
+            Ok(()) => Ok(()),
+            Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
+            Err(CycleError::Abortable(m)) => self.abort_and_rewind(consumer, &m),
+        }
+    }
+}
+
+/// A changelog record for partition `p`, stamped with the input offset its transaction commits;
+/// the opaque `1 + p` lets the delivery callback track the partition's last changelog offset.
+fn changelog_record<'a>(
+    topic: &'a str,
+    p: i32,
+    stamp: &'a str,
+    key: &'a [u8],
+    value: Option<&'a [u8]>,
+) -> BaseRecord<'a, [u8], [u8], usize> {
+    let headers = OwnedHeaders::new().insert(Header {
+        key: STAMP_HEADER,
+        value: Some(stamp),
+    });
+    let record = BaseRecord::with_opaque_to(topic, 1 + p as usize)
+        .partition(p)
+        .key(key)
+        .headers(headers);
+    match value {
+        Some(v) => record.payload(v),
+        None => record,
+    }
+}
