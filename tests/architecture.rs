@@ -1,0 +1,220 @@
+//! The module structure ARCHITECTURE.md describes, checked from the source: the windowing core
+//! and the state layer import nothing from config, codecs, sinks or the coordinator; the
+//! top-level modules import each other without circles; `simulate` and `run` share one record
+//! step.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Top-level module → the top-level modules it refers to through `crate::` paths.
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// The first identifier of every `crate::` path in `code`, with `crate::{a, b::c}` groups
+/// (nested braces included) expanded.
+fn crate_refs(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("crate::") {
+        // `crate::` inside a longer identifier (e.g. `my_crate::`) is someone else's crate.
+        let before = rest[..i].chars().next_back();
+        rest = &rest[i + "crate::".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            // Split the group's top level on commas.
+            let (mut depth, mut start) = (0usize, 0usize);
+            let mut items = Vec::new();
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        items.push(&group[start..j]);
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        items.push(&group[start..j]);
+                        start = j + 1;
+                    }
+                    _ => {}
+                }
+            }
+            out.extend(items.into_iter().filter_map(ident));
+        } else if let Some(id) = ident(rest) {
+            out.insert(id);
+        }
+    }
+    out
+}
+
+fn ident(s: &str) -> Option<String> {
+    let id: String = s
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    (!id.is_empty() && id != "self").then_some(id)
+}
+
+/// Source without comment lines (doc links are not imports).
+fn code_of(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The module graph of `src/`, by top-level module.
+fn graph(src: &Path) -> Graph {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut g = Graph::new();
+    for f in files {
+        let rel = f.strip_prefix(src).unwrap();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let module = first.trim_end_matches(".rs").to_string();
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let refs = crate_refs(&code_of(&f));
+        let entry = g.entry(module.clone()).or_default();
+        entry.extend(refs.into_iter().filter(|r| *r != module));
+    }
+    g
+}
+
+/// A circle in `g`, as the list of modules along it, if there is one.
+fn find_cycle(g: &Graph) -> Option<Vec<String>> {
+    fn visit(
+        g: &Graph,
+        m: &str,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == m) {
+            let mut cycle = path[i..].to_vec();
+            cycle.push(m.to_string());
+            return Some(cycle);
+        }
+        if done.contains(m) {
+            return None;
+        }
+        path.push(m.to_string());
+        for next in g.get(m).into_iter().flatten() {
+            if let Some(c) = visit(g, next, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(m.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    g.keys()
+        .find_map(|m| visit(g, m, &mut Vec::new(), &mut done))
+}
+
+fn src() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+#[test]
+fn the_reference_parser_sees_plain_grouped_and_nested_paths() {
+    let code = "use crate::config::X;\nuse crate::{avro, sink::{json, kafka::Y}, self};\n\
+                let t = my_crate::nope(); let z = crate::record::Event { };";
+    let refs: Vec<String> = crate_refs(code).into_iter().collect();
+    assert_eq!(refs, ["avro", "config", "record", "sink"]);
+}
+
+#[test]
+fn the_cycle_finder_finds_a_planted_circle_and_accepts_a_dag() {
+    let mut g = Graph::new();
+    g.entry("a".into()).or_default().insert("b".into());
+    g.entry("b".into()).or_default().insert("c".into());
+    assert_eq!(find_cycle(&g), None);
+    g.entry("c".into()).or_default().insert("a".into());
+    assert_eq!(find_cycle(&g).unwrap(), ["a", "b", "c", "a"]);
+}
+
+#[test]
+fn the_core_and_the_state_layer_import_no_outer_layer() {
+    let g = graph(&src());
+    let forbidden = [
+        "config",
+        "record",
+        "avro",
+        "sink",
+        "coordinator",
+        "source",
+        "cli",
+    ];
+    // What each inner layer may use at all.
+    let allowed: [(&str, &[&str]); 2] = [("windowing", &["state"]), ("state", &["kafka", "clock"])];
+    for (module, may_use) in allowed {
+        let uses = &g[module];
+        for f in forbidden {
+            assert!(!uses.contains(f), "{module} imports {f}");
+        }
+        let extra: Vec<&String> = uses
+            .iter()
+            .filter(|u| !may_use.contains(&u.as_str()))
+            .collect();
+        assert!(extra.is_empty(), "{module} imports {extra:?}");
+    }
+}
+
+#[test]
+fn top_level_modules_import_each_other_without_circles() {
+    let g = graph(&src());
+    assert!(g.len() > 10, "the walk found the modules: {g:?}");
+    assert_eq!(find_cycle(&g), None, "module graph: {g:?}");
+}
+
+#[test]
+fn simulate_and_run_share_one_record_step() {
+    let g = graph(&src());
+    for module in ["simulate", "coordinator"] {
+        assert!(
+            g[module].contains("pipeline"),
+            "{module} does not use pipeline"
+        );
+    }
+    let simulate = code_of(&src().join("simulate.rs"));
+    let run = code_of(&src().join("coordinator/process.rs"));
+    for (name, code) in [("simulate", simulate), ("run", run)] {
+        assert!(
+            code.contains(".record("),
+            "{name} does not call Step::record"
+        );
+        // The engine is reached only through the step.
+        assert!(
+            !code.contains(".process(&"),
+            "{name} calls the engine directly"
+        );
+    }
+    // The coordinator's main file is no longer one file of everything.
+    let lines = std::fs::read_to_string(src().join("coordinator/mod.rs"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(lines < 400, "coordinator/mod.rs has {lines} lines");
+}
