@@ -1,0 +1,244 @@
+//! Validation of what the windowing core runs: the window, allowed lateness, watermark, trigger
+//! and aggregations.
+
+use super::checker::Checker;
+use super::{RawConfig, RawWindow, RESERVED_PANE_FIELDS};
+use crate::windowing::aggregate::{AggOp, AggSpec};
+use crate::windowing::assigner::WindowKind;
+use crate::windowing::spec::EngineSpec;
+use crate::windowing::time::format_duration;
+use crate::windowing::trigger::{Accumulation, LateFiring, TriggerSpec};
+use crate::windowing::watermark::WatermarkSpec;
+
+/// The validated lateness, watermark and trigger.
+#[derive(Debug)]
+pub(super) struct Timing {
+    pub(super) allowed_lateness: i64,
+    pub(super) watermark: WatermarkSpec,
+    pub(super) trigger: TriggerSpec,
+}
+
+impl Timing {
+    /// The engine's spec, with the window and aggregations validated beside it.
+    pub(super) fn into_engine(
+        self,
+        name: String,
+        window: WindowKind,
+        aggregations: Vec<AggSpec>,
+    ) -> EngineSpec {
+        EngineSpec {
+            name,
+            window,
+            allowed_lateness: self.allowed_lateness,
+            watermark: self.watermark,
+            trigger: self.trigger,
+            aggregations,
+        }
+    }
+}
+
+impl RawConfig {
+    pub(super) fn validate_window(&self, c: &mut Checker) -> Option<WindowKind> {
+        match &self.window {
+            RawWindow::Tumbling { size, offset } => {
+                let size = c.duration("window.size", Some(size), 0, true);
+                let offset = c.duration("window.offset", offset.as_deref(), 0, false);
+                let (size, offset) = (size?, offset?);
+                if offset >= size {
+                    c.fail(
+                        "window.offset",
+                        format!("must be shorter than the size ({})", format_duration(size)),
+                    );
+                    return None;
+                }
+                Some(WindowKind::Tumbling { size, offset })
+            }
+            RawWindow::Sliding {
+                size,
+                slide,
+                offset,
+            } => {
+                let size = c.duration("window.size", Some(size), 0, true);
+                let slide = c.duration("window.slide", Some(slide), 0, true);
+                let offset = c.duration("window.offset", offset.as_deref(), 0, false);
+                let (size, slide, offset) = (size?, slide?, offset?);
+                if slide > size {
+                    c.fail(
+                        "window.slide",
+                        format!(
+                            "slide ({}) is longer than size ({}): events would fall between windows",
+                            format_duration(slide),
+                            format_duration(size)
+                        ),
+                    );
+                    return None;
+                }
+                if offset >= slide {
+                    c.fail(
+                        "window.offset",
+                        format!(
+                            "must be shorter than the slide ({})",
+                            format_duration(slide)
+                        ),
+                    );
+                    return None;
+                }
+                if size / slide > 100 {
+                    c.warnings.push(format!(
+                        "window.slide: size/slide = {}: every event is in that many windows and every key emits a pane per slide",
+                        size / slide
+                    ));
+                }
+                Some(WindowKind::Sliding {
+                    size,
+                    slide,
+                    offset,
+                })
+            }
+            RawWindow::Session { gap } => {
+                let gap = c.duration("window.gap", Some(gap), 0, true)?;
+                Some(WindowKind::Session { gap })
+            }
+        }
+    }
+
+    /// `allowed_lateness`, `[watermark]` and `[trigger]`; `None` after a violation.
+    pub(super) fn validate_timing(&self, c: &mut Checker) -> Option<Timing> {
+        let allowed_lateness = c.duration(
+            "allowed_lateness",
+            self.allowed_lateness.as_deref(),
+            0,
+            false,
+        );
+        let ooo = c.duration(
+            "watermark.max_out_of_orderness",
+            self.watermark.max_out_of_orderness.as_deref(),
+            0,
+            false,
+        );
+        let idle = match &self.watermark.idle_timeout {
+            None => Some(None),
+            Some(raw) => c
+                .duration("watermark.idle_timeout", Some(raw), 0, true)
+                .map(Some),
+        };
+        let early = match &self.trigger.early_every {
+            None => Some(None),
+            Some(raw) => c
+                .duration("trigger.early_every", Some(raw), 0, true)
+                .map(Some),
+        };
+        let late = match self.trigger.late.as_deref() {
+            None | Some("every_element") => Some(LateFiring::EveryElement),
+            Some("none") => Some(LateFiring::None),
+            Some(other) => {
+                c.fail(
+                    "trigger.late",
+                    format!("must be \"every_element\" or \"none\", got {other:?}"),
+                );
+                None
+            }
+        };
+        let accumulation = match self.trigger.accumulation.as_deref() {
+            None | Some("accumulating") => Some(Accumulation::Accumulating),
+            Some("discarding") => Some(Accumulation::Discarding),
+            Some(other) => {
+                c.fail(
+                    "trigger.accumulation",
+                    format!("must be \"accumulating\" or \"discarding\", got {other:?}"),
+                );
+                None
+            }
+        };
+
+        Some(Timing {
+            allowed_lateness: allowed_lateness?,
+            watermark: WatermarkSpec {
+                max_out_of_orderness: ooo?,
+                idle_timeout: idle?,
+            },
+            trigger: TriggerSpec {
+                early_every: early?,
+                late: late?,
+                accumulation: accumulation?,
+            },
+        })
+    }
+
+    /// `[[aggregations]]`: the valid aggregations, and the distinct numeric field paths they
+    /// read (aggregations refer to them by index).
+    pub(super) fn validate_aggregations(
+        &self,
+        c: &mut Checker,
+    ) -> (Vec<AggSpec>, Vec<Vec<String>>) {
+        let mut fields: Vec<Vec<String>> = Vec::new();
+        let mut aggregations = Vec::new();
+        if self.aggregations.is_empty() {
+            c.fail("aggregations", "at least one aggregation is required");
+        }
+        for (i, agg) in self.aggregations.iter().enumerate() {
+            let at = format!("aggregations[{i}]");
+            if agg.name.is_empty() {
+                c.fail(&format!("{at}.name"), "must not be empty");
+            } else if RESERVED_PANE_FIELDS.contains(&agg.name.as_str()) {
+                c.fail(
+                    &format!("{at}.name"),
+                    format!(
+                        "{:?} is a built-in pane field; choose another name",
+                        agg.name
+                    ),
+                );
+            } else if self.aggregations[..i].iter().any(|a| a.name == agg.name) {
+                c.fail(
+                    &format!("{at}.name"),
+                    format!("duplicate output name {:?}", agg.name),
+                );
+            }
+            let op = match agg.op.as_str() {
+                "count" => Some(AggOp::Count),
+                "sum" => Some(AggOp::Sum),
+                "min" => Some(AggOp::Min),
+                "max" => Some(AggOp::Max),
+                "mean" | "avg" => Some(AggOp::Mean),
+                other => {
+                    c.fail(
+                        &format!("{at}.op"),
+                        format!("unknown operation {other:?}: use count, sum, min, max or mean"),
+                    );
+                    None
+                }
+            };
+            let field = match (op, &agg.field) {
+                (Some(AggOp::Count), Some(_)) => {
+                    c.fail(&format!("{at}.field"), "count takes no field");
+                    None
+                }
+                (Some(AggOp::Count), None) | (None, _) => None,
+                (Some(_), None) => {
+                    c.fail(
+                        &format!("{at}.field"),
+                        format!("{} needs a numeric field", agg.op),
+                    );
+                    None
+                }
+                (Some(_), Some(path)) => {
+                    let segs = c.path(&format!("{at}.field"), path);
+                    let idx = fields.iter().position(|f| *f == segs).unwrap_or_else(|| {
+                        fields.push(segs);
+                        fields.len() - 1
+                    });
+                    Some(idx)
+                }
+            };
+            if let Some(op) = op {
+                aggregations.push(AggSpec {
+                    name: agg.name.clone(),
+                    op,
+                    field,
+                });
+            }
+        }
+
+        (aggregations, fields)
+    }
+}

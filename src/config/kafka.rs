@@ -1,0 +1,140 @@
+//! Validation of the `[kafka]` section.
+
+use super::checker::Checker;
+use super::{KafkaSpec, OffsetReset, RawConfig, RawKafka};
+
+impl RawConfig {
+    pub(super) fn validate_kafka(&self, k: &RawKafka, c: &mut Checker) -> Option<KafkaSpec> {
+        let app = k
+            .application_id
+            .clone()
+            .unwrap_or_else(|| self.name.clone());
+        let topic_ok = |t: &str| {
+            !t.is_empty()
+                && t.len() <= 249
+                && t.chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || "._-".contains(ch))
+        };
+        for (field, t) in [
+            ("kafka.input_topic", Some(&k.input_topic)),
+            ("kafka.output_topic", Some(&k.output_topic)),
+            ("kafka.dead_letter_topic", Some(&k.dead_letter_topic)),
+            ("kafka.changelog_topic", k.changelog_topic.as_ref()),
+        ] {
+            if let Some(t) = t {
+                if !topic_ok(t) {
+                    c.fail(
+                        field,
+                        format!("{t:?} is not a valid topic name (letters, digits, '.', '_', '-')"),
+                    );
+                }
+            }
+        }
+        if !topic_ok(&app) {
+            c.fail(
+                "kafka.application_id",
+                format!("{app:?} must be usable in topic names"),
+            );
+        }
+        if k.bootstrap_servers.trim().is_empty() {
+            c.fail("kafka.bootstrap_servers", "must not be empty");
+        }
+        let changelog = k
+            .changelog_topic
+            .clone()
+            .unwrap_or_else(|| format!("{app}-changelog"));
+        let distinct = [
+            &k.input_topic,
+            &k.output_topic,
+            &k.dead_letter_topic,
+            &changelog,
+        ];
+        for (i, a) in distinct.iter().enumerate() {
+            if distinct[..i].contains(a) {
+                c.fail("kafka", format!("topic {a:?} is used for two purposes"));
+            }
+        }
+        if matches!(k.output_partitions, Some(n) if n < 1) {
+            c.fail("kafka.output_partitions", "must be at least 1");
+        }
+        if k.max_batch_records == Some(0) {
+            c.fail("kafka.max_batch_records", "must be at least 1");
+        }
+        for reserved in [
+            "transactional.id",
+            "group.id",
+            "enable.auto.commit",
+            "isolation.level",
+            "bootstrap.servers",
+        ] {
+            if k.properties.contains_key(reserved) {
+                c.fail(
+                    &format!("kafka.properties.{reserved}"),
+                    "is set by tidemark (exactly-once needs its own value)",
+                );
+            }
+        }
+        if k.static_membership == Some(true) && k.instance_id.is_none() {
+            c.fail(
+                "kafka.static_membership",
+                "needs kafka.instance_id (the group.instance.id must be stable across restarts)",
+            );
+        }
+        if let Some(reset) = k.properties.get("auto.offset.reset") {
+            if OffsetReset::parse(reset).is_none() {
+                c.fail(
+                    "kafka.properties.auto.offset.reset",
+                    format!(
+                        "{reset:?}: use earliest, latest (or smallest, largest, beginning, end)"
+                    ),
+                );
+            }
+        }
+        let commit_interval = c.duration(
+            "kafka.commit_interval",
+            k.commit_interval.as_deref(),
+            100,
+            true,
+        );
+        let txn = c.duration(
+            "kafka.transaction_timeout",
+            k.transaction_timeout.as_deref(),
+            10_000,
+            true,
+        );
+        let skew = c.duration(
+            "kafka.max_future_skew",
+            k.max_future_skew.as_deref(),
+            3_600_000,
+            false,
+        );
+        let instance_id = k.instance_id.clone().unwrap_or_else(|| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            format!("{}-{nanos:x}", std::process::id())
+        });
+        Some(KafkaSpec {
+            bootstrap_servers: k.bootstrap_servers.clone(),
+            static_membership: k.static_membership.unwrap_or(k.instance_id.is_some()),
+            instance_id,
+            input_topic: k.input_topic.clone(),
+            output_topic: k.output_topic.clone(),
+            dead_letter_topic: k.dead_letter_topic.clone(),
+            changelog_topic: changelog,
+            output_partitions: k.output_partitions,
+            commit_interval: commit_interval?,
+            max_batch_records: k.max_batch_records.unwrap_or(10_000),
+            transaction_timeout: txn?,
+            max_future_skew: skew?,
+            state_dir: k
+                .state_dir
+                .clone()
+                .map(Into::into)
+                .unwrap_or_else(|| std::path::PathBuf::from("state").join(&app)),
+            properties: k.properties.clone(),
+            application_id: app,
+        })
+    }
+}

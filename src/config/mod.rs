@@ -1,0 +1,469 @@
+//! Pipeline configuration: one TOML file per pipeline, overridable from the environment.
+//!
+//! Loading has three steps. The file is parsed into a TOML tree; environment variables named
+//! `TIDEMARK__SECTION__FIELD` (double underscores separate path segments, array items are
+//! numbered: `TIDEMARK__AGGREGATIONS__0__FIELD`) replace or add leaves of that tree; the tree is
+//! deserialized with serde into [`RawConfig`], which rejects unknown keys. Then
+//! [`RawConfig::validate`] checks every rule and reports *all* violations at once, or returns the
+//! typed [`PipelineSpec`] the engine runs, together with warnings.
+//!
+//! Validation is written per section: `engine` (window, lateness, watermark, trigger,
+//! aggregations: the [`crate::windowing::spec::EngineSpec`]), `io` (input paths, Avro input,
+//! output format, Schema Registry, metrics address), `kafka`, and `validate`, which runs them in
+//! the order the file reads and assembles the result.
+
+pub use crate::record::InputSpec;
+use crate::windowing::spec::EngineSpec;
+pub use crate::windowing::watermark::WatermarkSpec;
+use serde::Deserialize;
+use std::fmt;
+use std::path::Path;
+
+/// Prefix of environment variables that override configuration leaves.
+pub const ENV_PREFIX: &str = "TIDEMARK__";
+
+/// The pipeline file as written, before validation.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// Pipeline name; part of every pane's deduplication id.
+    pub name: String,
+    /// How long window state is kept after the window's end for late data (default `"0s"`).
+    #[serde(default)]
+    pub allowed_lateness: Option<String>,
+    /// Where the key, timestamp and values are in an event.
+    pub input: RawInput,
+    /// The window.
+    pub window: RawWindow,
+    /// The watermark strategy.
+    #[serde(default)]
+    pub watermark: RawWatermark,
+    /// Early and late firings, and pane accumulation.
+    #[serde(default)]
+    pub trigger: RawTrigger,
+    /// The aggregations computed for every pane.
+    pub aggregations: Vec<RawAggregation>,
+    /// Kafka settings for `tidemark run` (not needed by `simulate`).
+    #[serde(default)]
+    pub kafka: Option<RawKafka>,
+    /// The metrics and health endpoint of `tidemark run`.
+    #[serde(default)]
+    pub metrics: Option<RawMetrics>,
+    /// How panes and dead letters are encoded (default JSON).
+    #[serde(default)]
+    pub output: Option<RawOutput>,
+    /// A Confluent-compatible Schema Registry for Confluent-framed Avro.
+    #[serde(default)]
+    pub schema_registry: Option<RawRegistry>,
+    /// Directory that relative schema paths are resolved against (the pipeline file's directory
+    /// when loaded from a file; the working directory otherwise).
+    #[serde(skip)]
+    pub base_dir: Option<std::path::PathBuf>,
+}
+
+/// The `[output]` section as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOutput {
+    /// `"json"` (default) or `"avro"` (`schemas/window_result.avsc`, `schemas/dead_letter.avsc`).
+    #[serde(default)]
+    pub format: Option<String>,
+    /// `"plain"` (default) or `"confluent"`.
+    #[serde(default)]
+    pub framing: Option<String>,
+    /// Schema id written in Confluent-framed panes when no registry is configured.
+    #[serde(default)]
+    pub pane_schema_id: Option<u32>,
+    /// Schema id written in Confluent-framed dead letters when no registry is configured.
+    #[serde(default)]
+    pub dead_letter_schema_id: Option<u32>,
+}
+
+/// The `[schema_registry]` section as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRegistry {
+    /// Base URL, `http://host:port`.
+    pub url: String,
+}
+
+/// The `[metrics]` section as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetrics {
+    /// `host:port` serving `/metrics`, `/healthz` and `/readyz` (port 0 picks a free port).
+    pub address: String,
+}
+
+/// The `[kafka]` section as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKafka {
+    /// `host:port[,host:port...]`.
+    pub bootstrap_servers: String,
+    /// Consumer group id and prefix of every topic and transactional id (default: the pipeline name).
+    #[serde(default)]
+    pub application_id: Option<String>,
+    /// Unique, stable id of this member (default: random per process); part of the transactional
+    /// id and, when set, the consumer's `group.instance.id` (static membership).
+    #[serde(default)]
+    pub instance_id: Option<String>,
+    /// Use `instance_id` as the consumer's `group.instance.id` (default: true when `instance_id`
+    /// is set). Turn off for brokers whose static membership misbehaves.
+    #[serde(default)]
+    pub static_membership: Option<bool>,
+    /// The input topic.
+    pub input_topic: String,
+    /// Where panes go.
+    pub output_topic: String,
+    /// Where late, malformed and future-stamped records go.
+    pub dead_letter_topic: String,
+    /// State changelog topic (default `<application_id>-changelog`).
+    #[serde(default)]
+    pub changelog_topic: Option<String>,
+    /// Partitions of the output and dead-letter topics when tidemark creates them (default: as input).
+    #[serde(default)]
+    pub output_partitions: Option<i32>,
+    /// How often the commit cycle runs (default `"100ms"`).
+    #[serde(default)]
+    pub commit_interval: Option<String>,
+    /// The commit cycle also runs after this many records (default 10,000).
+    #[serde(default)]
+    pub max_batch_records: Option<usize>,
+    /// Kafka `transaction.timeout.ms` (default `"10s"`).
+    #[serde(default)]
+    pub transaction_timeout: Option<String>,
+    /// Records stamped further than this ahead of the wall clock are dead-lettered (default `"1h"`).
+    #[serde(default)]
+    pub max_future_skew: Option<String>,
+    /// RocksDB directory (default `state/<application_id>`).
+    #[serde(default)]
+    pub state_dir: Option<String>,
+    /// Any librdkafka property, for consumer and producer alike.
+    #[serde(default)]
+    pub properties: std::collections::BTreeMap<String, String>,
+}
+
+/// The validated `[kafka]` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaSpec {
+    /// Bootstrap servers.
+    pub bootstrap_servers: String,
+    /// Consumer group id.
+    pub application_id: String,
+    /// This member's id.
+    pub instance_id: String,
+    /// Whether `instance_id` is also the consumer's `group.instance.id` (static membership: a
+    /// member that restarts within the session timeout gets its partitions back without a
+    /// rebalance). On by default when `instance_id` is configured, not generated.
+    pub static_membership: bool,
+    /// Input topic.
+    pub input_topic: String,
+    /// Output topic.
+    pub output_topic: String,
+    /// Dead-letter topic.
+    pub dead_letter_topic: String,
+    /// Changelog topic.
+    pub changelog_topic: String,
+    /// Partitions for created output and dead-letter topics.
+    pub output_partitions: Option<i32>,
+    /// Commit interval in ms.
+    pub commit_interval: i64,
+    /// Records per batch before a commit.
+    pub max_batch_records: usize,
+    /// Transaction timeout in ms.
+    pub transaction_timeout: i64,
+    /// Maximum future skew in ms.
+    pub max_future_skew: i64,
+    /// State directory.
+    pub state_dir: std::path::PathBuf,
+    /// Extra librdkafka properties.
+    pub properties: std::collections::BTreeMap<String, String>,
+}
+
+/// Where fields are in an input event.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawInput {
+    /// Input format: `"json"` (default) or `"avro"`.
+    #[serde(default = "default_format")]
+    pub format: String,
+    /// Avro reader schema file (Avro only).
+    #[serde(default)]
+    pub schema: Option<String>,
+    /// Avro writer schema file of plain-framed data, when it differs from the reader schema.
+    #[serde(default)]
+    pub writer_schema: Option<String>,
+    /// Avro framing: `"plain"` (default) or `"confluent"`.
+    #[serde(default)]
+    pub framing: Option<String>,
+    /// Local Confluent schema ids: id → writer schema file.
+    #[serde(default)]
+    pub schema_ids: std::collections::BTreeMap<String, String>,
+    /// Dotted path of the grouping key (string or number).
+    pub key: String,
+    /// Dotted path of the event timestamp: epoch milliseconds or an RFC 3339 string.
+    pub timestamp: String,
+}
+
+fn default_format() -> String {
+    "json".to_string()
+}
+
+/// The window as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum RawWindow {
+    /// Fixed windows.
+    Tumbling {
+        /// Window length.
+        size: String,
+        /// Grid offset from the epoch.
+        #[serde(default)]
+        offset: Option<String>,
+    },
+    /// Hopping windows.
+    Sliding {
+        /// Window length.
+        size: String,
+        /// Distance between window starts.
+        slide: String,
+        /// Grid offset from the epoch.
+        #[serde(default)]
+        offset: Option<String>,
+    },
+    /// Per-key sessions.
+    Session {
+        /// Inactivity gap that closes a session.
+        gap: String,
+    },
+}
+
+/// The watermark strategy as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWatermark {
+    /// Watermark = max event time seen − this (default `"0s"`).
+    #[serde(default)]
+    pub max_out_of_orderness: Option<String>,
+    /// After this much processing time without data, the watermark follows processing time.
+    #[serde(default)]
+    pub idle_timeout: Option<String>,
+}
+
+/// The trigger as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTrigger {
+    /// Early firing delay, counted from the first element of the current pane.
+    #[serde(default)]
+    pub early_every: Option<String>,
+    /// `"every_element"` (default) or `"none"`.
+    #[serde(default)]
+    pub late: Option<String>,
+    /// `"accumulating"` (default) or `"discarding"`.
+    #[serde(default)]
+    pub accumulation: Option<String>,
+}
+
+/// One aggregation as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAggregation {
+    /// Output field name.
+    pub name: String,
+    /// `count`, `sum`, `min`, `max` or `mean`.
+    pub op: String,
+    /// Dotted path of the numeric input field (not for `count`).
+    #[serde(default)]
+    pub field: Option<String>,
+}
+
+/// Where a partition on which no transaction has ever committed starts (`auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetReset {
+    /// The partition's first offset (`earliest`, `smallest`, `beginning`).
+    Earliest,
+    /// The partition's end (`latest`, `largest`, `end`).
+    Latest,
+}
+
+impl OffsetReset {
+    /// The position `auto.offset.reset` names; `None` for a value tidemark does not accept
+    /// (`error` included: a partition without committed work is normal for a new pipeline).
+    pub fn parse(value: &str) -> Option<OffsetReset> {
+        match value {
+            "earliest" | "smallest" | "beginning" => Some(OffsetReset::Earliest),
+            "latest" | "largest" | "end" => Some(OffsetReset::Latest),
+            _ => None,
+        }
+    }
+}
+
+/// A validated pipeline: everything the engine needs, in milliseconds and typed enums.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineSpec {
+    /// Input field locations.
+    pub input: InputSpec,
+    /// What the windowing core runs: window, lateness, watermark, trigger, aggregations.
+    pub engine: EngineSpec,
+    /// Kafka settings, if the file has a `[kafka]` section.
+    pub kafka: Option<KafkaSpec>,
+    /// Where `tidemark run` serves metrics and health, if the file has a `[metrics]` section.
+    pub metrics_address: Option<std::net::SocketAddr>,
+    /// Avro input settings; `None` for JSON input.
+    pub avro_input: Option<crate::avro::AvroInputSpec>,
+    /// How panes and dead letters are encoded.
+    pub output_format: crate::avro::OutputFormat,
+    /// Schema Registry base URL, if configured.
+    pub schema_registry: Option<String>,
+}
+
+/// One violated rule, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Dotted path of the offending field.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not TOML, or a key is unknown or of the wrong type.
+    #[error("{0}")]
+    Parse(String),
+    /// The configuration parsed but breaks rules; every violation is listed.
+    #[error("invalid configuration:\n{}", .0.iter().map(|v| format!("  - {v}")).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<Violation>),
+}
+
+/// Reads a pipeline file, applies `TIDEMARK__*` overrides from the process environment and
+/// deserializes it.
+pub fn load_raw(path: &Path) -> Result<RawConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    parse_raw(&text, std::env::vars())
+}
+
+/// Parses TOML text and applies overrides from `env` (pairs of name and value).
+pub fn parse_raw(
+    text: &str,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<RawConfig, ConfigError> {
+    let mut tree: toml::Table =
+        toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+    let mut overrides: Vec<(String, String)> = env
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+        .collect();
+    overrides.sort();
+    for (name, value) in overrides {
+        apply_override(&mut tree, &name, &value)?;
+    }
+    RawConfig::deserialize(toml::Value::Table(tree))
+        .map_err(|e| ConfigError::Parse(format!("configuration: {e}")))
+}
+
+/// Loads, validates and returns the pipeline with its warnings.
+pub fn load(path: &Path) -> Result<(PipelineSpec, Vec<String>), ConfigError> {
+    let mut raw = load_raw(path)?;
+    raw.base_dir = path.parent().map(Path::to_path_buf);
+    raw.validate()
+}
+
+fn apply_override(tree: &mut toml::Table, name: &str, value: &str) -> Result<(), ConfigError> {
+    let path: Vec<String> = name[ENV_PREFIX.len()..]
+        .split("__")
+        .map(|s| s.to_ascii_lowercase())
+        .collect();
+    if path.iter().any(|s| s.is_empty()) {
+        return Err(ConfigError::Parse(format!(
+            "environment override {name}: empty path segment"
+        )));
+    }
+    // A value that parses as a TOML scalar keeps its type; anything else is a string.
+    let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_string()));
+    let mut node = tree;
+    for (i, seg) in path.iter().enumerate() {
+        let last = i + 1 == path.len();
+        if last {
+            node.insert(seg.clone(), parsed);
+            return Ok(());
+        }
+        let next_is_index = path[i + 1].parse::<usize>().is_ok();
+        let entry = node
+            .entry(seg.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if next_is_index {
+            let idx: usize = path[i + 1].parse().expect("checked");
+            let arr = entry.as_array_mut().ok_or_else(|| {
+                ConfigError::Parse(format!(
+                    "environment override {name}: {seg} is not an array"
+                ))
+            })?;
+            let item = arr.get_mut(idx).ok_or_else(|| {
+                ConfigError::Parse(format!(
+                    "environment override {name}: {seg} has no item {idx}"
+                ))
+            })?;
+            let rest: Vec<String> = path[i + 2..].to_vec();
+            let table = item.as_table_mut().ok_or_else(|| {
+                ConfigError::Parse(format!(
+                    "environment override {name}: {seg}[{idx}] is not a table"
+                ))
+            })?;
+            if rest.is_empty() {
+                return Err(ConfigError::Parse(format!(
+                    "environment override {name}: cannot replace a whole array item"
+                )));
+            }
+            let sub = format!("{ENV_PREFIX}{}", rest.join("__"));
+            return apply_override(table, &sub, value);
+        }
+        node = entry.as_table_mut().ok_or_else(|| {
+            ConfigError::Parse(format!("environment override {name}: {seg} is not a table"))
+        })?;
+    }
+    Ok(())
+}
+
+/// Output fields every pane has; aggregation names must not reuse them.
+pub const RESERVED_PANE_FIELDS: [&str; 7] = [
+    "key",
+    "window_start",
+    "window_end",
+    "timing",
+    "pane_index",
+    "dedup_id",
+    "count",
+];
+
+mod checker;
+mod engine;
+mod io;
+mod kafka;
+mod validate;
+
+#[cfg(test)]
+mod tests;

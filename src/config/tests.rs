@@ -1,0 +1,274 @@
+//! Tests of loading, overriding and validating pipeline files.
+
+use super::*;
+use crate::windowing::assigner::WindowKind;
+use crate::windowing::trigger::LateFiring;
+
+const GOOD: &str = r#"
+name = "clicks"
+allowed_lateness = "1m"
+[input]
+key = "user.id"
+timestamp = "ts"
+[window]
+type = "sliding"
+size = "10m"
+slide = "1m"
+[watermark]
+max_out_of_orderness = "5s"
+idle_timeout = "30s"
+[trigger]
+early_every = "10s"
+late = "none"
+accumulation = "discarding"
+[[aggregations]]
+name = "n"
+op = "count"
+[[aggregations]]
+name = "revenue"
+op = "sum"
+field = "amount"
+[[aggregations]]
+name = "avg"
+op = "mean"
+field = "amount"
+"#;
+
+fn no_env() -> Vec<(String, String)> {
+    Vec::new()
+}
+
+#[test]
+fn a_full_config_validates() {
+    let (spec, warnings) = parse_raw(GOOD, no_env()).unwrap().validate().unwrap();
+    assert_eq!(
+        spec.engine.window,
+        WindowKind::Sliding {
+            size: 600_000,
+            slide: 60_000,
+            offset: 0
+        }
+    );
+    assert_eq!(spec.engine.allowed_lateness, 60_000);
+    assert_eq!(spec.input.key, vec!["user", "id"]);
+    assert_eq!(spec.input.fields, vec![vec!["amount".to_string()]]);
+    assert_eq!(spec.engine.aggregations[2].field, Some(0));
+    assert_eq!(spec.engine.trigger.late, LateFiring::None);
+    assert_eq!(spec.engine.watermark.idle_timeout, Some(30_000));
+    assert_eq!(
+        warnings.len(),
+        1,
+        "sliding + early firings warns: {warnings:?}"
+    );
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_their_name() {
+    let text = GOOD.replace("[window]\n", "[window]\nsizee = \"1m\"\n");
+    let err = parse_raw(&text, no_env()).unwrap_err().to_string();
+    assert!(err.contains("sizee"), "{err}");
+    let text = format!("colour = \"blue\"\n{GOOD}");
+    let err = parse_raw(&text, no_env()).unwrap_err().to_string();
+    assert!(err.contains("colour"), "{err}");
+}
+
+#[test]
+fn every_violation_is_listed_at_once() {
+    let text = r#"
+name = "x"
+allowed_lateness = "-1s"
+[input]
+key = "k"
+timestamp = "ts"
+[window]
+type = "sliding"
+size = "1m"
+slide = "2m"
+[watermark]
+max_out_of_orderness = "-5s"
+[trigger]
+early_every = "0s"
+[[aggregations]]
+name = "total"
+op = "sum"
+"#;
+    let err = parse_raw(text, no_env()).unwrap().validate().unwrap_err();
+    let ConfigError::Invalid(v) = err else {
+        panic!("expected violations")
+    };
+    let fields: Vec<&str> = v.iter().map(|v| v.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        vec![
+            "window.slide",
+            "allowed_lateness",
+            "watermark.max_out_of_orderness",
+            "trigger.early_every",
+            "aggregations[0].field"
+        ],
+        "{v:?}"
+    );
+}
+
+#[test]
+fn calendar_units_and_zero_sizes_are_rejected() {
+    for (window, field) in [
+        ("type = \"tumbling\"\nsize = \"1mo\"", "window.size"),
+        ("type = \"tumbling\"\nsize = \"0s\"", "window.size"),
+        ("type = \"session\"\ngap = \"1y\"", "window.gap"),
+        (
+            "type = \"sliding\"\nsize = \"1h\"\nslide = \"0ms\"",
+            "window.slide",
+        ),
+    ] {
+        let text = format!(
+                "name = \"x\"\n[input]\nkey = \"k\"\ntimestamp = \"t\"\n[window]\n{window}\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n"
+            );
+        let err = parse_raw(&text, no_env()).unwrap().validate().unwrap_err();
+        let ConfigError::Invalid(v) = err else {
+            panic!()
+        };
+        assert_eq!(v[0].field, field, "{v:?}");
+    }
+}
+
+#[test]
+fn large_size_to_slide_ratio_warns() {
+    let text = GOOD
+        .replace("early_every = \"10s\"\n", "")
+        .replace("slide = \"1m\"", "slide = \"1s\"");
+    let (_, warnings) = parse_raw(&text, no_env()).unwrap().validate().unwrap();
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].contains("600"), "{warnings:?}");
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let env = vec![
+        ("TIDEMARK__WINDOW__SIZE".to_string(), "20m".to_string()),
+        (
+            "TIDEMARK__AGGREGATIONS__1__FIELD".to_string(),
+            "price".to_string(),
+        ),
+        ("TIDEMARK__NAME".to_string(), "renamed".to_string()),
+        ("UNRELATED".to_string(), "1".to_string()),
+    ];
+    let (spec, _) = parse_raw(GOOD, env).unwrap().validate().unwrap();
+    assert_eq!(spec.engine.name, "renamed");
+    assert_eq!(
+        spec.engine.window,
+        WindowKind::Sliding {
+            size: 1_200_000,
+            slide: 60_000,
+            offset: 0
+        }
+    );
+    assert_eq!(spec.input.fields[0], vec!["price".to_string()]);
+    // An override naming an unknown key is an unknown key.
+    let env = vec![("TIDEMARK__WINDOW__BOGUS".to_string(), "1".to_string())];
+    assert!(parse_raw(GOOD, env)
+        .unwrap_err()
+        .to_string()
+        .contains("bogus"));
+}
+
+const KAFKA: &str = r#"
+[kafka]
+bootstrap_servers = "127.0.0.1:9092"
+input_topic = "clicks"
+output_topic = "clicks-out"
+dead_letter_topic = "clicks-dead"
+[kafka.properties]
+"session.timeout.ms" = "6000"
+"#;
+
+#[test]
+fn a_kafka_section_validates_with_defaults() {
+    let text = format!("{GOOD}{KAFKA}");
+    let (spec, _) = parse_raw(&text, no_env()).unwrap().validate().unwrap();
+    let k = spec.kafka.unwrap();
+    assert_eq!(k.application_id, "clicks");
+    assert_eq!(k.changelog_topic, "clicks-changelog");
+    assert_eq!(
+        (k.commit_interval, k.transaction_timeout, k.max_future_skew),
+        (100, 10_000, 3_600_000)
+    );
+    assert_eq!(k.max_batch_records, 10_000);
+    assert_eq!(k.state_dir, std::path::PathBuf::from("state/clicks"));
+    assert_eq!(
+        k.properties.get("session.timeout.ms").map(String::as_str),
+        Some("6000")
+    );
+    // The environment overrides Kafka settings too.
+    let env = vec![(
+        "TIDEMARK__KAFKA__BOOTSTRAP_SERVERS".to_string(),
+        "broker:9093".to_string(),
+    )];
+    let (spec, _) = parse_raw(&text, env).unwrap().validate().unwrap();
+    assert_eq!(spec.kafka.unwrap().bootstrap_servers, "broker:9093");
+}
+
+#[test]
+fn a_configured_instance_id_makes_the_member_static_unless_turned_off() {
+    let text = format!("{GOOD}{KAFKA}");
+    let (spec, _) = parse_raw(&text, no_env()).unwrap().validate().unwrap();
+    assert!(
+        !spec.kafka.unwrap().static_membership,
+        "generated id: dynamic"
+    );
+    let with_id = text.replace("[kafka]\n", "[kafka]\ninstance_id = \"host-1\"\n");
+    let (spec, _) = parse_raw(&with_id, no_env()).unwrap().validate().unwrap();
+    let k = spec.kafka.unwrap();
+    assert!(k.static_membership);
+    assert_eq!(k.instance_id, "host-1");
+    // Turned off from the environment, as compose or Kubernetes would.
+    let env = vec![(
+        "TIDEMARK__KAFKA__STATIC_MEMBERSHIP".to_string(),
+        "false".to_string(),
+    )];
+    let (spec, _) = parse_raw(&with_id, env).unwrap().validate().unwrap();
+    let k = spec.kafka.unwrap();
+    assert!(!k.static_membership);
+}
+
+#[test]
+fn bad_kafka_settings_are_all_listed() {
+    let text = format!("{GOOD}{KAFKA}")
+        .replace("output_topic = \"clicks-out\"", "output_topic = \"clicks\"")
+        .replace(
+            "dead_letter_topic = \"clicks-dead\"",
+            "dead_letter_topic = \"no spaces\"\ncommit_interval = \"0ms\"",
+        )
+        .replace(
+            "\"session.timeout.ms\" = \"6000\"",
+            "\"transactional.id\" = \"mine\"\n\"auto.offset.reset\" = \"error\"",
+        )
+        .replace("[kafka]\n", "[kafka]\nstatic_membership = true\n");
+    let ConfigError::Invalid(v) = parse_raw(&text, no_env()).unwrap().validate().unwrap_err()
+    else {
+        panic!("expected violations")
+    };
+    let fields: Vec<&str> = v.iter().map(|v| v.field.as_str()).collect();
+    for f in [
+        "kafka.dead_letter_topic",
+        "kafka",
+        "kafka.properties.transactional.id",
+        "kafka.commit_interval",
+        "kafka.properties.auto.offset.reset",
+        "kafka.static_membership",
+    ] {
+        assert!(fields.contains(&f), "{f} missing from {fields:?}");
+    }
+}
+
+#[test]
+fn reserved_and_duplicate_names_are_rejected() {
+    let text = GOOD
+        .replace("name = \"n\"", "name = \"count\"")
+        .replace("name = \"avg\"", "name = \"revenue\"");
+    let ConfigError::Invalid(v) = parse_raw(&text, no_env()).unwrap().validate().unwrap_err()
+    else {
+        panic!()
+    };
+    assert_eq!(v.len(), 2, "{v:?}");
+}

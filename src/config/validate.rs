@@ -1,0 +1,58 @@
+//! `RawConfig::validate`: runs every section's checks in the order the file reads, collects every
+//! violation, and assembles the typed [`PipelineSpec`] only when there are none.
+
+use super::checker::Checker;
+use super::{ConfigError, InputSpec, PipelineSpec, RawConfig};
+use crate::avro::OutputFormat;
+use crate::windowing::assigner::WindowKind;
+
+impl RawConfig {
+    /// Checks every rule and returns the typed pipeline with warnings, or every violation.
+    pub fn validate(&self) -> Result<(PipelineSpec, Vec<String>), ConfigError> {
+        let mut c = Checker::default();
+        if self.name.trim().is_empty() {
+            c.fail("name", "must not be empty");
+        }
+        let key = c.path("input.key", &self.input.key);
+        let timestamp = c.path("input.timestamp", &self.input.timestamp);
+        let window = self.validate_window(&mut c);
+        let timing = self.validate_timing(&mut c);
+        let (aggregations, fields) = self.validate_aggregations(&mut c);
+        if let (Some(WindowKind::Sliding { size, slide, .. }), Some(t)) = (window, &timing) {
+            if t.trigger.early_every.is_some() {
+                c.warnings.push(format!(
+                    "sliding window with early firings: every window keeps its own state (size/slide = {} copies per event), not shared slices",
+                    size / slide
+                ));
+            }
+        }
+        let kafka = self.kafka.as_ref().map(|k| self.validate_kafka(k, &mut c));
+        let input = InputSpec {
+            key,
+            timestamp,
+            fields,
+        };
+        let avro_input = self.validate_avro_input(&input, &mut c);
+        let output_format = self.validate_output(&mut c);
+        let schema_registry = self.validate_registry(&mut c);
+        let metrics_address = self.validate_metrics(&mut c);
+        if !c.violations.is_empty() {
+            return Err(ConfigError::Invalid(c.violations));
+        }
+        let (Some(window), Some(timing)) = (window, timing) else {
+            unreachable!("every None above recorded a violation")
+        };
+        Ok((
+            PipelineSpec {
+                input,
+                engine: timing.into_engine(self.name.clone(), window, aggregations),
+                kafka: kafka.flatten(),
+                metrics_address,
+                avro_input: avro_input.flatten(),
+                output_format: output_format.unwrap_or(OutputFormat::Json),
+                schema_registry,
+            },
+            c.warnings,
+        ))
+    }
+}
