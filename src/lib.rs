@@ -6,16 +6,19 @@
 //! * [`config`] — the pipeline file (TOML), environment overrides, and `validate()`, which lists
 //!   every violation at once.
 //! * [`produce`] — `tidemark produce`: a clickstream load generator.
-//! * [`record`] — decoding input records (JSON, or Avro through [`avro`]) into the engine's
-//!   [`record::Event`].
+//! * [`record`] — decoding JSON input records into the core's [`windowing::spec::Event`], and
+//!   [`record::InputSpec`], where a record's key, timestamp and values are.
 //! * [`avro`] — Avro decoding with reader schemas and evolution, pane and dead-letter encodings,
 //!   plain and Confluent framing, and the Schema Registry client.
 //! * [`windowing`] — the pure, deterministic core: time arithmetic, window assigners, watermarks,
-//!   triggers, mergeable aggregates and the [`windowing::engine::Engine`] that fires panes. It knows
-//!   nothing about Kafka, so it runs the same from a file, in tests and in `simulate`.
-//! * [`state`] — window state in RocksDB: the order-preserving key encoding, the store (column
-//!   families per operator and partition), the typed write-back cache with timer indexes, and the
-//!   changelog: offset markers, and the restore that reads the committed input offset from the log.
+//!   triggers, mergeable aggregates, the typed state cache and the [`windowing::engine::Engine`]
+//!   that fires panes. It owns its types ([`windowing::spec`]) and knows nothing about Kafka or
+//!   the config file, so it runs the same from a file, in tests and in `simulate`.
+//! * [`pipeline`] — [`pipeline::Step`], what happens to one record: the one function `simulate`
+//!   and `run` both call.
+//! * [`state`] — state in RocksDB, below the core's typed cache: the order-preserving key
+//!   encoding, the store (column families per operator and partition), and the changelog: offset
+//!   markers, and the restore that reads the committed input offset from the log.
 //! * [`sink`] — encodings of panes and dead letters.
 //! * [`simulate`] — `tidemark simulate`: a pipeline over a file of events and control lines.
 //! * [`kafka`] — Kafka client pieces: the raw-log reader, which resolves transactions from a
@@ -24,9 +27,10 @@
 //! * [`audit`] — `tidemark audit`: checks a topic's committed panes for duplicates and gaps, and
 //!   dead letters for repeats.
 //! * [`tail`] — `tidemark tail`: committed panes of an output topic as an aligned live table.
-//! * [`source`] — consumer and producer settings; [`coordinator`] — `tidemark run`: the group
-//!   member's loop, restore and rebalance, and the commit cycle (the only place where offsets,
-//!   output and state become durable).
+//! * [`source`] — consumer and producer settings, and decoding input records (JSON or Avro);
+//!   [`coordinator`] — `tidemark run`: the group member's loop, restore and rebalance, and the
+//!   commit cycle (the only place where offsets, output and state become durable), in rooms.
+//! * [`clock`] — the wall clock, for the Kafka runtime and the load generator.
 //! * [`metrics`] — every exported metric, named and described, and the `/metrics`, `/healthz`,
 //!   `/readyz` endpoint.
 //! * [`http`] — a minimal http:// client (Schema Registry, `tidemark probe`).
