@@ -469,7 +469,12 @@ impl AvroEncoder {
     }
 
     /// A pane as a `WindowResult` record.
-    pub fn pane(&self, p: &Pane, aggregations: &[AggSpec]) -> Result<Vec<u8>, AvroError> {
+    pub fn pane(
+        &self,
+        p: &Pane,
+        epoch: u64,
+        aggregations: &[AggSpec],
+    ) -> Result<Vec<u8>, AvroError> {
         // The schema's enum symbols are in `Timing`'s declaration order.
         let timing = p.timing as u32;
         let aggregates: HashMap<String, Value> = aggregations
@@ -496,6 +501,7 @@ impl AvroEncoder {
             ),
             ("pane_index".into(), Value::Int(p.pane_index as i32)),
             ("dedup_id".into(), Value::String(p.dedup_id.clone())),
+            ("epoch".into(), Value::Long(epoch as i64)),
             ("count".into(), Value::Long(p.count as i64)),
             ("aggregates".into(), Value::Map(aggregates)),
         ]);
@@ -531,6 +537,7 @@ impl AvroEncoder {
             ("source_offset".into(), Value::Long(d.offset)),
             ("watermark".into(), opt_long(d.watermark, true)),
             ("late_by_ms".into(), opt_long(d.late_by_ms, false)),
+            ("epoch".into(), Value::Long(d.epoch as i64)),
             ("key".into(), opt_bytes(key)),
             ("value".into(), opt_bytes(value)),
         ]);

@@ -284,6 +284,10 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             });
             match coordinator::run(spec, mode, health, shutdown) {
                 Ok(()) => Ok(0),
+                Err(e @ coordinator::RunError::Incompatible(_)) => {
+                    eprintln!("tidemark run: {e}");
+                    Ok(2)
+                }
                 Err(e) => {
                     eprintln!("tidemark run: {e}");
                     Ok(1)

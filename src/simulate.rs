@@ -198,7 +198,7 @@ fn write_panes(
 ) -> std::io::Result<()> {
     for pane in panes {
         summary.panes += 1;
-        writeln!(out, "{}", encode_pane(&pane, aggregations))?;
+        writeln!(out, "{}", encode_pane(&pane, 0, aggregations))?;
     }
     Ok(())
 }

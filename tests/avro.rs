@@ -365,6 +365,7 @@ fn panes_and_dead_letters_read_back_with_the_published_schemas() {
         let b = enc
             .pane(
                 &pane(Timing::Late, vec![Some(7.5)]),
+                3,
                 &spec.engine.aggregations,
             )
             .unwrap();
@@ -381,6 +382,7 @@ fn panes_and_dead_letters_read_back_with_the_published_schemas() {
         assert_eq!(f["timing"], Value::Enum(2, "LATE".into()));
         assert_eq!(f["pane_index"], Value::Int(2));
         assert_eq!(f["dedup_id"], Value::String("abc".into()));
+        assert_eq!(f["epoch"], Value::Long(3));
         assert_eq!(f["count"], Value::Long(3));
         let Value::Map(aggs) = &f["aggregates"] else {
             panic!("aggregates")
@@ -398,6 +400,7 @@ fn panes_and_dead_letters_read_back_with_the_published_schemas() {
             watermark: Some(1_000),
             late_by_ms: None,
             detail: "avro: unknown schema id 9".into(),
+            epoch: 3,
         };
         let b = enc
             .dead_letter(&info, Some(b"k"), Some(b"\x00\x00\x00\x00\x09junk"))
@@ -408,6 +411,7 @@ fn panes_and_dead_letters_read_back_with_the_published_schemas() {
         let f: HashMap<String, Value> = fields.into_iter().collect();
         assert_eq!(f["reason"], Value::Enum(1, "malformed".into()));
         assert_eq!(f["source_offset"], Value::Long(41));
+        assert_eq!(f["epoch"], Value::Long(3));
         assert_eq!(
             f["value"],
             Value::Union(
@@ -421,7 +425,11 @@ fn panes_and_dead_letters_read_back_with_the_published_schemas() {
     // An empty mean is null, not NaN.
     let enc = AvroEncoder::new(Framing::Plain, 0, 0).unwrap();
     let b = enc
-        .pane(&pane(Timing::OnTime, vec![None]), &spec.engine.aggregations)
+        .pane(
+            &pane(Timing::OnTime, vec![None]),
+            0,
+            &spec.engine.aggregations,
+        )
         .unwrap();
     let Value::Record(fields) = decode_value(&window_result, Framing::Plain, &b).unwrap() else {
         panic!()
@@ -431,4 +439,68 @@ fn panes_and_dead_letters_read_back_with_the_published_schemas() {
         panic!()
     };
     assert_eq!(aggs["revenue"], Value::Union(0, Box::new(Value::Null)));
+}
+
+/// Reads `bytes` written with `writer` through `reader`.
+fn resolve(writer: &apache_avro::Schema, reader: &apache_avro::Schema, bytes: &[u8]) -> Value {
+    let mut datum = bytes;
+    apache_avro::reader::datum::GenericDatumReader::builder(writer)
+        .reader_schema(reader)
+        .build()
+        .unwrap()
+        .read_value(&mut datum)
+        .unwrap()
+}
+
+#[test]
+fn the_epoch_field_resolves_between_old_and_new_readers() {
+    // The output schemas as they were before epochs.
+    let old = |text: &str| {
+        let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+        let fields = v["fields"].as_array_mut().unwrap();
+        fields.retain(|f| f["name"] != "epoch");
+        apache_avro::Schema::parse_str(&v.to_string()).unwrap()
+    };
+    for (text, name) in [
+        (WINDOW_RESULT_SCHEMA, "WindowResult"),
+        (DEAD_LETTER_SCHEMA, "DeadLetter"),
+    ] {
+        let new = parse_schema(name, text).unwrap();
+        let old = old(text);
+        assert_ne!(old, new, "{name}: the new schema has the epoch");
+        // A record written with the old schema, read with the new: epoch defaults to 0.
+        let mut written = apache_avro::types::Record::new(&old).unwrap();
+        for f in match &old {
+            apache_avro::Schema::Record(r) => r.fields.clone(),
+            _ => panic!("{name} is a record"),
+        } {
+            let v = match f.name.as_str() {
+                "timing" => Value::Enum(0, "EARLY".into()),
+                "reason" => Value::Enum(0, "late".into()),
+                "aggregates" => Value::Map(HashMap::new()),
+                "window_start" | "window_end" => Value::TimestampMillis(0),
+                "pane_index" | "source_partition" => Value::Int(0),
+                "count" | "source_offset" => Value::Long(0),
+                "watermark" | "late_by_ms" | "key" | "value" if name == "DeadLetter" => {
+                    Value::Union(0, Box::new(Value::Null))
+                }
+                _ => Value::String(String::new()),
+            };
+            written.put(&f.name, v);
+        }
+        let bytes = encode_value(&old, None, written.into()).unwrap();
+        let read = resolve(&old, &new, &bytes);
+        let Value::Record(fields) = read else {
+            panic!("{name}: not a record")
+        };
+        let f: HashMap<String, Value> = fields.into_iter().collect();
+        assert_eq!(f["epoch"], Value::Long(0), "{name}: the default");
+        // And the old schema reads what the new one writes (the epoch is skipped).
+        let mut written = apache_avro::types::Record::new(&new).unwrap();
+        for (k, v) in f {
+            written.put(&k, v);
+        }
+        let bytes = encode_value(&new, None, written.into()).unwrap();
+        resolve(&new, &old, &bytes);
+    }
 }

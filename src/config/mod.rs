@@ -319,6 +319,49 @@ pub struct PipelineSpec {
     pub schema_registry: Option<String>,
 }
 
+impl PipelineSpec {
+    /// A fingerprint of everything that shapes state: window kind and sizes, allowed lateness,
+    /// watermark, trigger and accumulation, the aggregations' operations and fields, the key and
+    /// timestamp paths, and the input format. Names of the pipeline and of aggregations, Kafka
+    /// settings, metrics and the output format are left out: changing them keeps the state valid.
+    /// Stored with the state and in the changelog; `run` refuses state of another fingerprint.
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        use std::fmt::Write as _;
+        let e = &self.engine;
+        let mut text = String::from("tidemark-state-v1\n");
+        let _ = writeln!(text, "window={:?}", e.window);
+        let _ = writeln!(text, "allowed_lateness={}", e.allowed_lateness);
+        let _ = writeln!(
+            text,
+            "watermark={},{:?}",
+            e.watermark.max_out_of_orderness, e.watermark.idle_timeout
+        );
+        let _ = writeln!(
+            text,
+            "trigger={:?},{:?},{:?}",
+            e.trigger.early_every, e.trigger.late, e.trigger.accumulation
+        );
+        for a in &e.aggregations {
+            let field = a.field.map(|i| self.input.fields[i].join("."));
+            let _ = writeln!(text, "aggregation={:?},{:?}", a.op, field);
+        }
+        let _ = writeln!(text, "key={}", self.input.key.join("."));
+        let _ = writeln!(text, "timestamp={}", self.input.timestamp.join("."));
+        let format = if self.avro_input.is_some() {
+            "avro"
+        } else {
+            "json"
+        };
+        let _ = writeln!(text, "input={format}");
+        let digest = Sha256::digest(text.as_bytes());
+        digest[..8].iter().fold(String::new(), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+    }
+}
+
 /// One violated rule, naming the field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -449,13 +492,14 @@ fn apply_override(tree: &mut toml::Table, name: &str, value: &str) -> Result<(),
 }
 
 /// Output fields every pane has; aggregation names must not reuse them.
-pub const RESERVED_PANE_FIELDS: [&str; 7] = [
+pub const RESERVED_PANE_FIELDS: [&str; 8] = [
     "key",
     "window_start",
     "window_end",
     "timing",
     "pane_index",
     "dedup_id",
+    "epoch",
     "count",
 ];
 

@@ -272,3 +272,45 @@ fn reserved_and_duplicate_names_are_rejected() {
     };
     assert_eq!(v.len(), 2, "{v:?}");
 }
+
+#[test]
+fn the_fingerprint_follows_what_shapes_state_and_nothing_else() {
+    let base = format!("{GOOD}{KAFKA}");
+    let fp = |text: &str| {
+        let (spec, _) = parse_raw(text, no_env()).unwrap().validate().unwrap();
+        spec.fingerprint()
+    };
+    let before = fp(&base);
+    assert_eq!(before.len(), 16);
+    // Kafka settings, the metrics address, the output format and names: same state.
+    for same in [
+        base.replace("clicks-out", "clicks-other"),
+        base.replace("\"6000\"", "\"9000\""),
+        format!("{base}[metrics]\naddress = \"127.0.0.1:9000\"\n"),
+        base.replace("name = \"revenue\"", "name = \"income\""),
+        base.replace("name = \"clicks\"", "name = \"renamed\""),
+    ] {
+        assert_eq!(fp(&same), before, "{same}");
+    }
+    // The window, lateness, trigger, aggregations and paths: other state.
+    for other in [
+        base.replace("size = \"10m\"", "size = \"20m\""),
+        base.replace("allowed_lateness = \"1m\"", "allowed_lateness = \"2m\""),
+        base.replace(
+            "accumulation = \"discarding\"",
+            "accumulation = \"accumulating\"",
+        ),
+        base.replace("op = \"sum\"", "op = \"max\""),
+        base.replace(
+            "field = \"amount\"\n[[aggregations]]",
+            "field = \"price\"\n[[aggregations]]",
+        ),
+        base.replace("key = \"user.id\"", "key = \"user.name\""),
+        base.replace(
+            "max_out_of_orderness = \"5s\"",
+            "max_out_of_orderness = \"6s\"",
+        ),
+    ] {
+        assert_ne!(fp(&other), before, "{other}");
+    }
+}

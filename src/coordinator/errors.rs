@@ -15,6 +15,10 @@ pub enum RunError {
     /// Setting up clients, topics or state failed.
     #[error("startup: {0}")]
     Startup(String),
+    /// The state was written by another pipeline definition (its fingerprint differs): the
+    /// process must not touch it. The CLI exits with status 2.
+    #[error("{0}")]
+    Incompatible(String),
     /// A fatal Kafka error or fencing: the process must stop.
     #[error("fatal: {0}")]
     Fatal(String),

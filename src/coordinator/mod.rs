@@ -74,6 +74,9 @@ pub use rebalance::RebalanceContext;
 struct Part {
     /// The record step: the partition's engine and watermark tracker.
     step: Step,
+    /// The pipeline's replay epoch, as the partition's changelog says: stamped on panes and dead
+    /// letters.
+    epoch: u64,
     /// Offset after the last processed record; `None` until the first record when the log has no
     /// committed offset for this partition.
     next_offset: Option<i64>,
@@ -115,7 +118,10 @@ pub struct Core {
     batch_records: usize,
     dirty: bool,
     last_commit: Instant,
-    fatal: Option<String>,
+    /// The error that must stop the loop, set by a rebalance callback.
+    fatal: Option<RunError>,
+    /// The fingerprint of what shapes this pipeline's state ([`PipelineSpec::fingerprint`]).
+    fingerprint: String,
     mode: Mode,
     health: Arc<Health>,
     /// Where a partition on which nothing has ever committed starts (`auto.offset.reset`).
@@ -169,6 +175,7 @@ pub fn run(
             "auto.offset.reset = {reset_name:?} is not supported"
         ))
     })?;
+    let fingerprint = spec.fingerprint();
     let core = Arc::new(Mutex::new(Core {
         decoder,
         encoder,
@@ -182,6 +189,7 @@ pub fn run(
         dirty: false,
         last_commit: Instant::now(),
         fatal: None,
+        fingerprint,
         mode,
         health,
         reset,
@@ -205,8 +213,8 @@ pub fn run(
     while !shutdown.load(Ordering::Relaxed) {
         let msg = consumer.poll(poll);
         let mut c = core.lock().expect("lock");
-        if let Some(f) = c.fatal.take() {
-            result = Err(RunError::Fatal(f));
+        if let Some(e) = c.fatal.take() {
+            result = Err(e);
             break;
         }
         let step = match msg {

@@ -14,18 +14,24 @@ use rdkafka::producer::BaseRecord;
 use std::time::{Duration, Instant};
 
 impl Core {
-    pub(super) fn send_panes(&mut self, panes: Vec<Pane>, fired_at: i64) -> Result<(), CycleError> {
+    /// Produces panes of replay epoch `epoch` into the open transaction.
+    pub(super) fn send_panes(
+        &mut self,
+        panes: Vec<Pane>,
+        epoch: u64,
+        fired_at: i64,
+    ) -> Result<(), CycleError> {
         for p in panes {
             let value = match &self.encoder {
-                None => encode_pane(&p, &self.spec.engine.aggregations).into_bytes(),
+                None => encode_pane(&p, epoch, &self.spec.engine.aggregations).into_bytes(),
                 Some(enc) => enc
-                    .pane(&p, &self.spec.engine.aggregations)
+                    .pane(&p, epoch, &self.spec.engine.aggregations)
                     .map_err(|e| CycleError::Fatal(e.to_string()))?,
             };
             let record = BaseRecord::with_opaque_to(&self.k.output_topic, 0usize)
                 .key(p.key.as_bytes())
                 .payload(value.as_slice())
-                .headers(pane_headers(&p));
+                .headers(pane_headers(&p, epoch));
             self.send(record)?;
             self.counters[2] += 1;
             self.batch.panes[p.timing as usize] += 1;
@@ -125,22 +131,25 @@ impl Core {
         if let Some(behind) = out.behind_watermark_ms {
             self.lateness.record(behind as f64 / 1000.0);
         }
+        let epoch = part.epoch;
         if let Some(r) = out.rejection {
-            self.dead_letter(msg, dead_letter_info(r, topic, p, offset))?;
+            self.dead_letter(msg, dead_letter_info(r, topic, p, offset, epoch))?;
         }
-        self.send_panes(out.panes, appended)
+        self.send_panes(out.panes, epoch, appended)
     }
 
     /// Lets processing time move idle watermarks and early firings when no record arrives.
     pub(super) fn on_tick(&mut self) -> Result<(), CycleError> {
         let now = wall_ms();
-        let mut panes = Vec::new();
+        let mut fired = Vec::new();
         for part in self.parts.values_mut() {
-            let fired = part
+            let panes = part
                 .step
                 .tick(now)
                 .map_err(|e| CycleError::Fatal(e.to_string()))?;
-            panes.extend(fired);
+            if !panes.is_empty() {
+                fired.push((panes, part.epoch));
+            }
         }
         // An idle member commits nothing; keep its watermark lag and state figures current anyway.
         if self.last_lag_update.elapsed() >= Duration::from_secs(1) {
@@ -151,12 +160,21 @@ impl Core {
                     .set_watermark(part.step.engine().watermark(), now);
             }
         }
-        self.send_panes(panes, now)
+        for (panes, epoch) in fired {
+            self.send_panes(panes, epoch, now)?;
+        }
+        Ok(())
     }
 }
 
 /// What a dead letter says about the input record `topic`/`partition`/`offset` it stands for.
-fn dead_letter_info(r: Rejection, topic: &str, partition: i32, offset: i64) -> DeadLetterInfo {
+fn dead_letter_info(
+    r: Rejection,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    epoch: u64,
+) -> DeadLetterInfo {
     DeadLetterInfo {
         reason: r.reason.as_str(),
         topic: topic.to_string(),
@@ -165,5 +183,6 @@ fn dead_letter_info(r: Rejection, topic: &str, partition: i32, offset: i64) -> D
         watermark: r.watermark,
         late_by_ms: r.late_by_ms,
         detail: r.detail,
+        epoch,
     }
 }

@@ -53,9 +53,23 @@ impl Core {
                 markers = stats.markers,
                 changelog_offset = stats.changelog_offset,
                 waited_ms = stats.waited.as_millis() as u64,
+                resets = stats.resets,
+                epoch = stats.lineage.epoch,
                 ms = started.elapsed().as_millis() as u64,
                 "partition restored from the changelog"
             );
+            if let Some(theirs) = &stats.lineage.fingerprint {
+                if *theirs != self.fingerprint {
+                    return Err(RunError::Incompatible(format!(
+                        "partition {p}'s state was written by another pipeline definition \
+                         (fingerprint {theirs}, this file's is {}): what shapes the state changed \
+                         (window, lateness, trigger, aggregations, key, timestamp or input format). \
+                         Run `tidemark replay` with this file to recompute from the input, or use \
+                         a new application_id",
+                        self.fingerprint
+                    )));
+                }
+            }
             if start.group_disagrees {
                 tracing::warn!(
                     partition = p,
@@ -92,6 +106,7 @@ impl Core {
                 p,
                 Part {
                     committed_tracker: step.tracker().clone(),
+                    epoch: stats.lineage.epoch,
                     step,
                     next_offset: start.offset,
                     committed_offset: start.offset,
@@ -260,7 +275,7 @@ impl ConsumerContext for RebalanceContext {
                     Ok(start_at) if cooperative => consumer.incremental_assign(&start_at),
                     Ok(start_at) => consumer.assign(&start_at),
                     Err(e) => {
-                        core.fatal = Some(e.to_string());
+                        core.fatal = Some(e);
                         Ok(())
                     }
                 }
@@ -272,7 +287,7 @@ impl ConsumerContext for RebalanceContext {
                     || consumer.assignment_lost();
                 tracing::info!(partitions = ?partitions_of(tpl), lost, error = ?err, "rebalance: revoking");
                 if let Err(e) = core.revoke(consumer, tpl, lost) {
-                    core.fatal = Some(e.to_string());
+                    core.fatal = Some(e);
                 }
                 if cooperative {
                     consumer.incremental_unassign(tpl)
@@ -282,7 +297,7 @@ impl ConsumerContext for RebalanceContext {
             }
         };
         if let Err(e) = result {
-            core.fatal = Some(format!("applying the rebalance: {e}"));
+            core.fatal = Some(RunError::Fatal(format!("applying the rebalance: {e}")));
         }
     }
 }

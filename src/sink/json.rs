@@ -1,7 +1,8 @@
 //! JSON encodings of panes and dead letters.
 //!
 //! A pane is one object with `key`, `window_start`, `window_end` (epoch ms), `timing`, `pane_index`,
-//! `dedup_id`, `count` and one field per aggregation, in that order. Whole-number results print as
+//! `dedup_id`, `epoch` (the pipeline's replay epoch: 0, plus one per `tidemark replay`), `count` and
+//! one field per aggregation, in that order. Whole-number results print as
 //! integers; min, max and mean of an empty pane are `null`.
 
 use crate::windowing::aggregate::AggSpec;
@@ -20,19 +21,20 @@ pub fn write_number(out: &mut String, v: f64) {
     }
 }
 
-/// Encodes a pane as one line of JSON (without the newline).
-pub fn encode_pane(pane: &Pane, aggregations: &[AggSpec]) -> String {
+/// Encodes a pane of replay epoch `epoch` as one line of JSON (without the newline).
+pub fn encode_pane(pane: &Pane, epoch: u64, aggregations: &[AggSpec]) -> String {
     let mut out = String::with_capacity(160);
     out.push_str("{\"key\":");
     out.push_str(&Value::from(pane.key.as_str()).to_string());
     let _ = write!(
         out,
-        ",\"window_start\":{},\"window_end\":{},\"timing\":\"{}\",\"pane_index\":{},\"dedup_id\":\"{}\",\"count\":{}",
+        ",\"window_start\":{},\"window_end\":{},\"timing\":\"{}\",\"pane_index\":{},\"dedup_id\":\"{}\",\"epoch\":{},\"count\":{}",
         pane.window.start,
         pane.window.end,
         pane.timing.as_str(),
         pane.pane_index,
         pane.dedup_id,
+        epoch,
         pane.count
     );
     for (spec, value) in aggregations.iter().zip(&pane.values) {
@@ -84,8 +86,8 @@ mod tests {
             },
         ];
         assert_eq!(
-            encode_pane(&pane, &aggs),
-            r#"{"key":"u\"1","window_start":0,"window_end":60000,"timing":"ON_TIME","pane_index":0,"dedup_id":"ab","count":0,"s":3,"lo":null,"avg":2.5}"#
+            encode_pane(&pane, 0, &aggs),
+            r#"{"key":"u\"1","window_start":0,"window_end":60000,"timing":"ON_TIME","pane_index":0,"dedup_id":"ab","epoch":0,"count":0,"s":3,"lo":null,"avg":2.5}"#
         );
     }
 }

@@ -1,18 +1,25 @@
 //! Kafka records for panes and dead letters.
 //!
 //! A pane record has the grouping key as key, the pane JSON (see [`super::json`]) as value, and the
-//! headers `tidemark.dedup_id`, `tidemark.pane_index`, `tidemark.window_start`,
+//! headers `tidemark.dedup_id`, `tidemark.pane_index`, `tidemark.epoch`, `tidemark.window_start`,
 //! `tidemark.window_end` and `tidemark.timing`. A dead letter keeps the original key and value
 //! bytes untouched and says why in headers: `tidemark.reason` (`late`, `malformed`,
 //! `future_timestamp`), `tidemark.source_topic`, `tidemark.source_partition`,
-//! `tidemark.source_offset`, `tidemark.watermark`, `tidemark.late_by_ms` and `tidemark.detail`.
+//! `tidemark.source_offset`, `tidemark.watermark`, `tidemark.late_by_ms`, `tidemark.detail` and
+//! `tidemark.epoch`.
+//!
+//! The epoch is the pipeline's replay epoch (0 until the first `tidemark replay`); a record without
+//! the header is of epoch 0.
 
 use crate::windowing::engine::Pane;
 use rdkafka::message::{Header, OwnedHeaders};
 
-/// Headers of a pane record.
-pub fn pane_headers(p: &Pane) -> OwnedHeaders {
-    OwnedHeaders::new_with_capacity(5)
+/// Header of the replay epoch on panes and dead letters.
+pub const EPOCH_HEADER: &str = "tidemark.epoch";
+
+/// Headers of a pane record of replay epoch `epoch`.
+pub fn pane_headers(p: &Pane, epoch: u64) -> OwnedHeaders {
+    OwnedHeaders::new_with_capacity(6)
         .insert(Header {
             key: "tidemark.dedup_id",
             value: Some(p.dedup_id.as_str()),
@@ -20,6 +27,10 @@ pub fn pane_headers(p: &Pane) -> OwnedHeaders {
         .insert(Header {
             key: "tidemark.pane_index",
             value: Some(&p.pane_index.to_string()),
+        })
+        .insert(Header {
+            key: EPOCH_HEADER,
+            value: Some(&epoch.to_string()),
         })
         .insert(Header {
             key: "tidemark.window_start",
@@ -52,6 +63,8 @@ pub struct DeadLetterInfo {
     pub late_by_ms: Option<i64>,
     /// A human-readable explanation.
     pub detail: String,
+    /// The pipeline's replay epoch.
+    pub epoch: u64,
 }
 
 /// Headers of a dead-letter record.
@@ -76,6 +89,10 @@ pub fn dead_letter_headers(d: &DeadLetterInfo) -> OwnedHeaders {
         .insert(Header {
             key: "tidemark.detail",
             value: Some(d.detail.as_str()),
+        })
+        .insert(Header {
+            key: EPOCH_HEADER,
+            value: Some(&d.epoch.to_string()),
         });
     if let Some(w) = d.watermark {
         h = h.insert(Header {

@@ -23,10 +23,20 @@
 //! one only when it is older than the transaction timeout (a broker aborts such a transaction; it
 //! can no longer commit), or when the restore has waited one timeout. It then stores the offset
 //! of the first such record as the changelog position, so a later restore reads it again.
+//!
+//! **Replays.** `tidemark replay` writes, in one transaction, a **reset marker**
+//! ([`RESET_MARKER_KEY`], stamped with the new input offset) into every changelog partition whose
+//! input partition moves, and an **epoch marker** ([`EPOCH_MARKER_KEY`]) into the others. A restore
+//! ignores every record before the latest committed reset marker: at the marker the state read so
+//! far (and local state written before it) is dropped, and the committed offset becomes the
+//! marker's stamp, even though earlier stamps were higher. Both markers carry the new replay epoch
+//! and the fingerprint of the pipeline definition ([`EPOCH_HEADER`], [`FINGERPRINT_HEADER`]);
+//! offset markers carry them too, so a restore also learns which definition wrote the state
+//! ([`Lineage`], stored with the local state).
 
 use crate::clock::wall_ms;
 use crate::kafka::raw_log::{stream_partition, PartitionLog, RawLogError, RawRecord};
-use crate::state::store::{StateStore, StoreError, StoredOffsets};
+use crate::state::store::{Lineage, StateStore, StoreError, StoredOffsets};
 use rocksdb::WriteBatch;
 use std::time::{Duration, Instant};
 
@@ -39,6 +49,18 @@ pub const STAMP_HEADER: &str = "tidemark.input_offset";
 /// Key of the offset marker record. State keys start with a tag byte of 1 or more
 /// ([`super::keys`]), so tag 0 never collides with one.
 pub const OFFSET_MARKER_KEY: &[u8] = b"\x00tidemark.offset";
+
+/// Key of the reset marker that `tidemark replay` writes: state before it is ignored.
+pub const RESET_MARKER_KEY: &[u8] = b"\x00tidemark.reset";
+
+/// Key of the epoch marker that `tidemark replay` writes where the input does not move.
+pub const EPOCH_MARKER_KEY: &[u8] = b"\x00tidemark.epoch";
+
+/// Header carrying the replay epoch on changelog markers.
+pub const EPOCH_HEADER: &str = "tidemark.epoch";
+
+/// Header carrying the pipeline fingerprint on changelog markers.
+pub const FINGERPRINT_HEADER: &str = "tidemark.fingerprint";
 
 /// Kafka's OFFSET_OUT_OF_RANGE error code: the stored changelog position is past the log's end.
 const OFFSET_OUT_OF_RANGE: i16 = 1;
@@ -55,7 +77,7 @@ pub enum RestoreError {
 }
 
 /// What a restore did and found.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RestoreStats {
     /// Changelog state records applied.
     pub applied: usize,
@@ -68,8 +90,12 @@ pub struct RestoreStats {
     pub committed: Option<i64>,
     /// The changelog offset the restored state reflects (where the next restore starts).
     pub changelog_offset: i64,
+    /// The replay epoch and pipeline fingerprint the restored state belongs to.
+    pub lineage: Lineage,
     /// Time spent waiting for open transactions to resolve.
     pub waited: Duration,
+    /// Reset markers met (local state was dropped at each).
+    pub resets: usize,
 }
 
 /// The stamp of a changelog record: the input offset its transaction commits.
@@ -80,8 +106,12 @@ pub fn stamp(r: &RawRecord) -> Option<i64> {
 /// Folds committed changelog records, in log order, into state writes and the committed offset.
 #[derive(Debug, Default)]
 pub struct Fold {
-    /// The highest stamp seen.
+    /// The highest stamp seen since the latest reset marker (or the reset marker's stamp).
     pub committed: Option<i64>,
+    /// The replay epoch and fingerprint of the latest markers seen.
+    pub lineage: Lineage,
+    /// Reset markers seen.
+    pub resets: usize,
     /// State records passed on.
     pub applied: usize,
     /// Unkeyed records.
@@ -97,30 +127,53 @@ pub enum StateWrite<'a> {
     Put(&'a [u8], &'a [u8]),
     /// Delete an entry.
     Delete(&'a [u8]),
-    /// Nothing (an offset marker or an unkeyed record).
+    /// Drop every entry: a reset marker (everything before it is ignored).
+    Reset,
+    /// Nothing (an offset or epoch marker, or an unkeyed record).
     None,
 }
 
 impl Fold {
-    /// Starts from the committed offset already reflected by local state, if any.
-    pub fn new(base: Option<i64>) -> Fold {
+    /// Starts from the committed offset and lineage already reflected by local state, if any.
+    pub fn new(base: Option<i64>, lineage: Lineage) -> Fold {
         Fold {
             committed: base,
+            lineage,
             ..Fold::default()
         }
     }
 
     /// Takes one record of a committed transaction; returns what it does to the state.
     pub fn record<'a>(&mut self, r: &'a RawRecord) -> StateWrite<'a> {
+        let key = r.key.as_deref();
+        if key == Some(RESET_MARKER_KEY) {
+            // Everything before is ignored: the committed offset is the marker's, not the max.
+            self.resets += 1;
+            self.committed = stamp(r);
+            self.lineage = Lineage {
+                epoch: marker_epoch(r).unwrap_or(self.lineage.epoch),
+                fingerprint: r.header(FINGERPRINT_HEADER).map(str::to_string),
+            };
+            return StateWrite::Reset;
+        }
         if let Some(s) = stamp(r) {
             self.committed = Some(self.committed.map_or(s, |c| c.max(s)));
         }
-        let Some(key) = r.key.as_deref() else {
+        let Some(key) = key else {
             self.skipped += 1;
             return StateWrite::None;
         };
-        if key == OFFSET_MARKER_KEY {
-            self.markers += 1;
+        if key.first() == Some(&0) {
+            // Offset and epoch markers (tag 0 is never a state key).
+            if key == OFFSET_MARKER_KEY {
+                self.markers += 1;
+            }
+            if let Some(e) = marker_epoch(r) {
+                self.lineage.epoch = self.lineage.epoch.max(e);
+            }
+            if let Some(f) = r.header(FINGERPRINT_HEADER) {
+                self.lineage.fingerprint = Some(f.to_string());
+            }
             return StateWrite::None;
         }
         self.applied += 1;
@@ -129,6 +182,10 @@ impl Fold {
             None => StateWrite::Delete(key),
         }
     }
+}
+
+fn marker_epoch(r: &RawRecord) -> Option<u64> {
+    r.header(EPOCH_HEADER).and_then(|s| s.parse().ok())
 }
 
 /// How a restore treats transactions that are still open.
@@ -256,7 +313,11 @@ fn restore_from(
         Some((c, i)) => (c, Some(i)),
         None => (0, None),
     };
-    let mut fold = Fold::new(base);
+    let lineage = match stored {
+        Some(_) => store.lineage(cf)?,
+        None => Lineage::default(),
+    };
+    let mut fold = Fold::new(base, lineage);
     let mut stats = RestoreStats::default();
     let mut batch = WriteBatch::default();
     let started = Instant::now();
@@ -277,6 +338,14 @@ fn restore_from(
                 match fold.record(&r) {
                     StateWrite::Put(k, v) => batch.put_cf(&handle, k, v),
                     StateWrite::Delete(k) => batch.delete_cf(&handle, k),
+                    StateWrite::Reset => {
+                        // Drop what this restore read so far and what local state held before:
+                        // every state key starts with a tag byte from 1 to 254.
+                        batch = WriteBatch::default();
+                        batch.delete_range_cf(&handle, [1u8].as_slice(), [255u8].as_slice());
+                        store.write(std::mem::take(&mut batch))?;
+                        return Ok(());
+                    }
                     StateWrite::None => return Ok(()),
                 }
                 if batch.len() >= RESTORE_CHUNK {
@@ -322,6 +391,9 @@ fn restore_from(
     stats.markers = fold.markers;
     stats.skipped += fold.skipped;
     stats.committed = fold.committed;
+    stats.resets = fold.resets;
+    stats.lineage = fold.lineage;
+    store.put_lineage(&mut batch, cf, &stats.lineage)?;
     store.put_offsets(
         &mut batch,
         cf,
@@ -397,16 +469,99 @@ mod tests {
 
     /// The committed offset a log gives, the state keys written, and the tail summary.
     fn fold(records: Vec<Record>, base: Option<i64>) -> (Option<i64>, Vec<Vec<u8>>, PartitionLog) {
-        let mut fold = Fold::new(base);
+        let (fold, keys, log) = fold_all(records, base);
+        (fold.committed, keys, log)
+    }
+
+    /// The whole fold, the state keys live at the end, and the tail summary.
+    fn fold_all(records: Vec<Record>, base: Option<i64>) -> (Fold, Vec<Vec<u8>>, PartitionLog) {
+        let mut fold = Fold::new(base, Lineage::default());
         let mut keys = Vec::new();
         let log = resolve_records(0, 0, records, |r: RawRecord| {
-            if let StateWrite::Put(k, _) = fold.record(&r) {
-                keys.push(k.to_vec());
+            match fold.record(&r) {
+                StateWrite::Put(k, _) => keys.push(k.to_vec()),
+                StateWrite::Reset => keys.clear(),
+                _ => {}
             }
             Ok::<(), RawLogError>(())
         })
         .unwrap();
-        (fold.committed, keys, log)
+        (fold, keys, log)
+    }
+
+    /// Adds a header to a record.
+    fn with_header(mut r: Record, key: &'static str, value: &str) -> Record {
+        r.headers.insert(
+            kafka_protocol::protocol::StrBytes::from_static_str(key),
+            Some(Bytes::from(value.to_string())),
+        );
+        r
+    }
+
+    #[test]
+    fn a_committed_reset_marker_drops_earlier_state_and_lowers_the_committed_offset() {
+        let m = Some(OFFSET_MARKER_KEY);
+        let reset = |offset, pid, stamp| {
+            let r = rec(offset, pid, Some(RESET_MARKER_KEY), Some(stamp), None, 0);
+            with_header(
+                with_header(r, EPOCH_HEADER, "1"),
+                FINGERPRINT_HEADER,
+                "fp-b",
+            )
+        };
+        let marker = |offset, pid, stamp| {
+            let r = rec(offset, pid, m, Some(stamp), None, 0);
+            with_header(
+                with_header(r, EPOCH_HEADER, "0"),
+                FINGERPRINT_HEADER,
+                "fp-a",
+            )
+        };
+        let (fold, keys, _) = fold_all(
+            vec![
+                // Epoch 0 runs up to input offset 500.
+                rec(0, 1, Some(b"\x01a"), Some(500), None, 0),
+                marker(1, 1, 500),
+                rec(2, 1, None, None, COMMIT, 0),
+                // An aborted replay changes nothing.
+                reset(3, 9, 0),
+                rec(4, 9, None, None, ABORT, 0),
+                // The committed replay resets to 100 in epoch 1.
+                reset(5, 9, 100),
+                rec(6, 9, None, None, COMMIT, 0),
+                // Epoch 1 processes 100..130.
+                rec(7, 2, Some(b"\x01b"), Some(130), None, 0),
+                rec(8, 2, None, None, COMMIT, 0),
+            ],
+            None,
+        );
+        assert_eq!(fold.committed, Some(130), "not 500: the reset lowered it");
+        assert_eq!(
+            keys,
+            vec![b"\x01b".to_vec()],
+            "state before the reset is gone"
+        );
+        assert_eq!(fold.resets, 1);
+        assert_eq!(
+            fold.lineage,
+            Lineage {
+                epoch: 1,
+                fingerprint: Some("fp-b".into())
+            }
+        );
+        // Without the committed reset, epoch 0's offset and lineage stand.
+        let (fold, _, _) = fold_all(
+            vec![
+                rec(0, 1, Some(b"\x01a"), Some(500), None, 0),
+                marker(1, 1, 500),
+                rec(2, 1, None, None, COMMIT, 0),
+                reset(3, 9, 0),
+                rec(4, 9, None, None, ABORT, 0),
+            ],
+            None,
+        );
+        assert_eq!(fold.committed, Some(500));
+        assert_eq!(fold.lineage.fingerprint.as_deref(), Some("fp-a"));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! Each partition of each stateful operator owns the column family `{operator}.p{partition}`; its
 //! entries are described in [`super::keys`]. The `meta` column family records, per partition, the
 //! input offset and changelog offset that the state was flushed at (written in the same WriteBatch
-//! as the state, so they always agree).
+//! as the state, so they always agree), and the state's [`Lineage`]: the replay epoch and the
+//! pipeline fingerprint it was written under.
 //!
 //! Writes skip RocksDB's write-ahead log and the database uses atomic flush: after a crash the
 //! column families fall back together to one earlier flush point, and the stored offsets say which.
@@ -18,6 +19,16 @@ pub type Db = rocksdb::DBWithThreadMode<rocksdb::MultiThreaded>;
 
 /// Name of the column family holding per-partition offsets.
 pub const META_CF: &str = "meta";
+
+/// Where a partition's state comes from: the pipeline's replay epoch and the fingerprint of the
+/// pipeline definition that wrote it (`None` when unknown, e.g. state from before fingerprints).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lineage {
+    /// The replay epoch (0 until the first replay).
+    pub epoch: u64,
+    /// The fingerprint of what shapes the state.
+    pub fingerprint: Option<String>,
+}
 
 /// Errors from the state store.
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +135,8 @@ impl StateStore {
         let mut batch = WriteBatch::default();
         batch.delete_cf(&meta, meta_key(name, "input"));
         batch.delete_cf(&meta, meta_key(name, "changelog"));
+        batch.delete_cf(&meta, meta_key(name, "epoch"));
+        batch.delete_cf(&meta, meta_key(name, "fingerprint"));
         self.write(batch)
     }
 
@@ -161,6 +174,37 @@ impl StateStore {
         }
         if let Some(o) = offsets.changelog {
             batch.put_cf(&meta, meta_key(cf, "changelog"), o.to_be_bytes());
+        }
+        Ok(())
+    }
+
+    /// Reads the lineage stored with a column family's state.
+    pub fn lineage(&self, cf: &str) -> Result<Lineage, StoreError> {
+        let meta = self.meta_cf()?;
+        let epoch = self
+            .db
+            .get_cf(&meta, meta_key(cf, "epoch"))?
+            .and_then(|v| v.as_slice().try_into().ok().map(u64::from_be_bytes))
+            .unwrap_or(0);
+        let fingerprint = self
+            .db
+            .get_cf(&meta, meta_key(cf, "fingerprint"))?
+            .map(|v| String::from_utf8_lossy(&v).into_owned());
+        Ok(Lineage { epoch, fingerprint })
+    }
+
+    /// Adds the lineage of a column family to a batch.
+    pub fn put_lineage(
+        &self,
+        batch: &mut WriteBatch,
+        cf: &str,
+        lineage: &Lineage,
+    ) -> Result<(), StoreError> {
+        let meta = self.meta_cf()?;
+        batch.put_cf(&meta, meta_key(cf, "epoch"), lineage.epoch.to_be_bytes());
+        match &lineage.fingerprint {
+            Some(f) => batch.put_cf(&meta, meta_key(cf, "fingerprint"), f.as_bytes()),
+            None => batch.delete_cf(&meta, meta_key(cf, "fingerprint")),
         }
         Ok(())
     }
