@@ -3,8 +3,11 @@
 //! It reads every partition through [`crate::kafka::raw_log`], which resolves transactions from
 //! the COMMIT/ABORT markers in the log itself and never trusts the broker to hide aborted data,
 //! and checks what a correct `read_committed` consumer sees: panes for duplicated
-//! (dedup id, pane index) pairs and pane-index gaps, or dead letters for source records
-//! dead-lettered more than once. It also counts the aborted records the broker serves to a
+//! (dedup id, epoch, pane index) triples and pane-index gaps within an epoch, or dead letters for
+//! source records dead-lettered more than once in one epoch. A replay recomputes every window in a
+//! new epoch, so the same dedup id with pane indexes from 0 again is expected there, not a
+//! duplicate; the report counts panes and windows per epoch. Records without the
+//! `tidemark.epoch` header are of epoch 0. It also counts the aborted records the broker serves to a
 //! `read_committed` fetch anyway.
 
 use crate::kafka::raw_log::RawRecord;
@@ -17,17 +20,19 @@ pub struct PaneReport {
     pub panes: usize,
     /// Distinct dedup ids.
     pub windows: usize,
-    /// (dedup id, pane index) pairs committed more than once, with their counts.
-    pub duplicates: Vec<(String, u32, usize)>,
-    /// Dedup ids whose pane indexes are not 0..=max without holes.
-    pub gaps: Vec<String>,
+    /// (dedup id, epoch, pane index) triples committed more than once, with their counts.
+    pub duplicates: Vec<(String, u64, u32, usize)>,
+    /// (dedup id, epoch) pairs whose pane indexes are not 0..=max without holes.
+    pub gaps: Vec<(String, u64)>,
+    /// Per epoch: panes and distinct dedup ids.
+    pub by_epoch: BTreeMap<u64, (usize, usize)>,
     /// Committed records without the pane headers.
     pub not_panes: usize,
 }
 
 /// Checks committed pane records for duplicates and pane-index gaps.
 pub fn check_panes(committed: &[RawRecord]) -> PaneReport {
-    let mut seen: BTreeMap<(String, u32), usize> = BTreeMap::new();
+    let mut seen: BTreeMap<(String, u64, u32), usize> = BTreeMap::new();
     let mut report = PaneReport::default();
     for r in committed {
         let id = r.header("tidemark.dedup_id");
@@ -35,25 +40,38 @@ pub fn check_panes(committed: &[RawRecord]) -> PaneReport {
             .header("tidemark.pane_index")
             .and_then(|s| s.parse::<u32>().ok());
         match (id, idx) {
-            (Some(id), Some(idx)) => *seen.entry((id.to_string(), idx)).or_default() += 1,
+            (Some(id), Some(idx)) => {
+                *seen.entry((id.to_string(), epoch_of(r), idx)).or_default() += 1
+            }
             _ => report.not_panes += 1,
         }
     }
-    let mut by_id: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
-    for ((id, idx), n) in &seen {
+    let mut by_id: BTreeMap<(&str, u64), Vec<u32>> = BTreeMap::new();
+    let mut ids = std::collections::BTreeSet::new();
+    for ((id, epoch, idx), n) in &seen {
         report.panes += n;
+        report.by_epoch.entry(*epoch).or_default().0 += n;
         if *n > 1 {
-            report.duplicates.push((id.clone(), *idx, *n));
+            report.duplicates.push((id.clone(), *epoch, *idx, *n));
         }
-        by_id.entry(id).or_default().push(*idx);
+        ids.insert(id.as_str());
+        by_id.entry((id, *epoch)).or_default().push(*idx);
     }
-    report.windows = by_id.len();
-    for (id, idxs) in by_id {
+    report.windows = ids.len();
+    for ((id, epoch), idxs) in by_id {
+        report.by_epoch.entry(epoch).or_default().1 += 1;
         if idxs.iter().enumerate().any(|(i, &x)| x != i as u32) {
-            report.gaps.push(id.to_string());
+            report.gaps.push((id.to_string(), epoch));
         }
     }
     report
+}
+
+/// The replay epoch of a pane or dead letter (0 without the header).
+pub fn epoch_of(r: &RawRecord) -> u64 {
+    r.header("tidemark.epoch")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 /// What the audit found in a dead-letter topic.
@@ -63,7 +81,10 @@ pub struct DeadLetterReport {
     pub dead_letters: usize,
     /// Dead letters per reason.
     pub by_reason: BTreeMap<String, usize>,
-    /// Source records (topic, partition, offset) dead-lettered more than once, with their counts.
+    /// Dead letters per replay epoch.
+    pub by_epoch: BTreeMap<u64, usize>,
+    /// Source records (topic, partition, offset) dead-lettered more than once in one epoch, with
+    /// their counts.
     pub duplicates: Vec<(String, i32, i64, usize)>,
     /// Committed records without the dead-letter headers.
     pub not_dead_letters: usize,
@@ -73,7 +94,7 @@ pub struct DeadLetterReport {
 /// dead-lettered at most once.
 pub fn check_dead_letters(committed: &[RawRecord]) -> DeadLetterReport {
     let mut report = DeadLetterReport::default();
-    let mut seen: BTreeMap<(String, i32, i64), usize> = BTreeMap::new();
+    let mut seen: BTreeMap<(String, i32, i64, u64), usize> = BTreeMap::new();
     for r in committed {
         let reason = r.header("tidemark.reason");
         let topic = r.header("tidemark.source_topic");
@@ -87,8 +108,9 @@ pub fn check_dead_letters(committed: &[RawRecord]) -> DeadLetterReport {
             (Some(reason), Some(topic), Some(partition), Some(offset)) => {
                 report.dead_letters += 1;
                 *report.by_reason.entry(reason.to_string()).or_default() += 1;
+                *report.by_epoch.entry(epoch_of(r)).or_default() += 1;
                 *seen
-                    .entry((topic.to_string(), partition, offset))
+                    .entry((topic.to_string(), partition, offset, epoch_of(r)))
                     .or_default() += 1;
             }
             _ => report.not_dead_letters += 1,
@@ -97,7 +119,7 @@ pub fn check_dead_letters(committed: &[RawRecord]) -> DeadLetterReport {
     report.duplicates = seen
         .into_iter()
         .filter(|(_, n)| *n > 1)
-        .map(|((t, p, o), n)| (t, p, o, n))
+        .map(|((t, p, o, _), n)| (t, p, o, n))
         .collect();
     report
 }
@@ -146,5 +168,44 @@ mod tests {
         assert_eq!(report.duplicates, vec![("events".to_string(), 0, 5, 2)]);
         assert_eq!(report.by_reason.get("malformed"), Some(&2));
         assert_eq!(report.not_dead_letters, 1);
+    }
+
+    fn pane(id: &str, epoch: Option<&str>, idx: &str) -> RawRecord {
+        let mut r = dead_letter("0", "0", "x");
+        let h = |k: &str, v: &str| (k.to_string(), Some(Bytes::from(v.to_string())));
+        r.headers = vec![h("tidemark.dedup_id", id), h("tidemark.pane_index", idx)];
+        if let Some(e) = epoch {
+            r.headers.push(h("tidemark.epoch", e));
+        }
+        r
+    }
+
+    #[test]
+    fn a_new_epoch_recomputes_windows_without_counting_as_duplicates() {
+        let report = check_panes(&[
+            // Epoch 0 (no header, as before epochs existed): w1 panes 0, 1; w2 pane 0 twice.
+            pane("w1", None, "0"),
+            pane("w1", Some("0"), "1"),
+            pane("w2", None, "0"),
+            pane("w2", Some("0"), "0"),
+            // Epoch 1 starts every window at pane 0 again; w1 skips pane 1.
+            pane("w1", Some("1"), "0"),
+            pane("w1", Some("1"), "2"),
+            pane("w2", Some("1"), "0"),
+        ]);
+        assert_eq!(report.panes, 7);
+        assert_eq!(report.windows, 2);
+        assert_eq!(report.duplicates, vec![("w2".to_string(), 0, 0, 2)]);
+        assert_eq!(report.gaps, vec![("w1".to_string(), 1)]);
+        assert_eq!(report.by_epoch.get(&0), Some(&(4, 2)));
+        assert_eq!(report.by_epoch.get(&1), Some(&(3, 2)));
+        // Dead letters: the same source record once per epoch is not a repeat.
+        let mut again = dead_letter("0", "7", "late");
+        again
+            .headers
+            .push(("tidemark.epoch".into(), Some(Bytes::from_static(b"1"))));
+        let dead = check_dead_letters(&[dead_letter("0", "7", "late"), again]);
+        assert!(dead.duplicates.is_empty());
+        assert_eq!(dead.by_epoch.get(&1), Some(&1));
     }
 }

@@ -408,21 +408,29 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     dead.duplicates.len(),
                     dead.not_dead_letters
                 );
+                for (epoch, n) in &dead.by_epoch {
+                    eprintln!("  epoch {epoch}: {n} dead letters");
+                }
                 for (t, p, o, n) in dead.duplicates.iter().take(20) {
                     eprintln!("  duplicate: {t}/{p}@{o} dead-lettered {n} times");
                 }
                 return Ok(if dead.duplicates.is_empty() { 0 } else { 3 });
             }
             eprintln!(
-                "panes: {} in {} windows; {} duplicated (dedup_id, pane_index); {} windows with pane-index gaps; {} records without pane headers",
+                "panes: {} in {} windows; {} duplicated (dedup_id, epoch, pane_index); {} windows with pane-index gaps; {} records without pane headers",
                 report.panes,
                 report.windows,
                 report.duplicates.len(),
                 report.gaps.len(),
                 report.not_panes
             );
-            for (id, idx, n) in report.duplicates.iter().take(20) {
-                eprintln!("  duplicate: dedup_id {id} pane {idx} committed {n} times");
+            for (epoch, (panes, windows)) in &report.by_epoch {
+                eprintln!("  epoch {epoch}: {panes} panes in {windows} windows");
+            }
+            for (id, epoch, idx, n) in report.duplicates.iter().take(20) {
+                eprintln!(
+                    "  duplicate: dedup_id {id} epoch {epoch} pane {idx} committed {n} times"
+                );
             }
             Ok(if report.duplicates.is_empty() { 0 } else { 3 })
         }

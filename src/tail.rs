@@ -30,6 +30,8 @@ pub struct PaneRow {
     pub timing: String,
     /// Pane index.
     pub pane: i64,
+    /// Replay epoch (0 for panes written before epochs).
+    pub epoch: i64,
     /// Elements in the pane.
     pub count: i64,
     /// Aggregates by name, in name order; `None` for an empty min, max or mean.
@@ -60,6 +62,7 @@ impl PaneRow {
             end: int("window_end")?,
             timing: o.get("timing")?.as_str()?.to_string(),
             pane: int("pane_index")?,
+            epoch: int("epoch").unwrap_or(0),
             count: int("count")?,
             aggregates,
         })
@@ -101,13 +104,14 @@ const KEY: usize = 16;
 const WINDOW: usize = 38;
 const TIMING: usize = 8;
 const PANE: usize = 4;
+const EPOCH: usize = 5;
 const VALUE: usize = 12;
 
 /// The header line for panes with these aggregates.
 pub fn header(aggregates: &[(String, Option<f64>)]) -> String {
     let mut line = format!(
-        "{:<KEY$} {:<WINDOW$} {:<TIMING$} {:>PANE$} {:>VALUE$}",
-        "key", "window", "timing", "pane", "count"
+        "{:<KEY$} {:<WINDOW$} {:<TIMING$} {:>PANE$} {:>EPOCH$} {:>VALUE$}",
+        "key", "window", "timing", "pane", "epoch", "count"
     );
     for (name, _) in aggregates {
         line.push_str(&format!(" {name:>VALUE$}"));
@@ -118,11 +122,12 @@ pub fn header(aggregates: &[(String, Option<f64>)]) -> String {
 /// One aligned table line.
 pub fn line(row: &PaneRow, tz: &impl chrono::TimeZone<Offset: std::fmt::Display>) -> String {
     let mut line = format!(
-        "{:<KEY$} {:<WINDOW$} {:<TIMING$} {:>PANE$} {:>VALUE$}",
+        "{:<KEY$} {:<WINDOW$} {:<TIMING$} {:>PANE$} {:>EPOCH$} {:>VALUE$}",
         row.key,
         window_text(row.start, row.end, tz),
         row.timing,
         row.pane,
+        row.epoch,
         row.count
     );
     for (_, v) in &row.aggregates {
@@ -207,6 +212,7 @@ mod tests {
             end: 1_767_225_660_000,
             timing: "LATE".into(),
             pane: 2,
+            epoch: 1,
             count: 4,
             aggregates: vec![
                 ("clicks".into(), Some(4.0)),

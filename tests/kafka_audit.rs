@@ -83,7 +83,7 @@ fn audit_resolves_transactions_from_the_raw_log() {
     let report = check_panes(&log.committed);
     assert_eq!(report.panes, 22);
     assert_eq!(report.windows, 10);
-    assert_eq!(report.duplicates, vec![("w3".to_string(), 1, 2)]);
-    assert_eq!(report.gaps, vec!["w5".to_string()]);
+    assert_eq!(report.duplicates, vec![("w3".to_string(), 0, 1, 2)]);
+    assert_eq!(report.gaps, vec![("w5".to_string(), 0)]);
     assert_eq!(report.not_panes, 0);
 }
