@@ -1,4 +1,4 @@
-//! The command line: `validate`, `simulate`, `run`, `produce`, `audit` and `tail`.
+//! The command line: `validate`, `simulate`, `run`, `replay`, `produce`, `audit` and `tail`.
 
 use crate::config;
 use crate::state::store::StateStore;
@@ -73,6 +73,29 @@ pub enum Command {
         /// without windows or state: the baseline of the Kafka benchmark.
         #[arg(long)]
         passthrough: bool,
+    },
+    /// Move a stopped pipeline back to earlier input offsets: its state restarts empty there, and
+    /// its output is recomputed in a new epoch that supersedes the old one at idempotent sinks.
+    #[command(group(clap::ArgGroup::new("to").required(true).args(["to_earliest", "to_datetime", "to_offsets", "by_duration"])))]
+    Replay {
+        /// The pipeline file (TOML) with a [kafka] section.
+        #[arg(long)]
+        config: PathBuf,
+        /// Every partition from its first offset.
+        #[arg(long)]
+        to_earliest: bool,
+        /// Every partition from its first record at or after this time (RFC 3339).
+        #[arg(long)]
+        to_datetime: Option<String>,
+        /// These partitions from these offsets, as PARTITION:OFFSET[,...]; others stay.
+        #[arg(long)]
+        to_offsets: Option<String>,
+        /// Every partition from its first record at or after now minus this duration (e.g. 2h).
+        #[arg(long)]
+        by_duration: Option<String>,
+        /// Print the plan and change nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Produce synthetic clickstream events (JSON) to a topic.
     Produce {
@@ -291,6 +314,62 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 Err(e) => {
                     eprintln!("tidemark run: {e}");
                     Ok(1)
+                }
+            }
+        }
+        Command::Replay {
+            config: path,
+            to_earliest,
+            to_datetime,
+            to_offsets,
+            by_duration,
+            dry_run,
+        } => {
+            let spec = load_config(&path)?;
+            let target = if to_earliest {
+                Ok(crate::replay::Target::Earliest)
+            } else if let Some(t) = to_datetime {
+                chrono::DateTime::parse_from_rfc3339(&t)
+                    .map(|d| crate::replay::Target::Time(d.timestamp_millis()))
+                    .map_err(|e| {
+                        format!(
+                            "--to-datetime {t:?}: {e} (use RFC 3339, e.g. 2026-12-01T09:30:00Z)"
+                        )
+                    })
+            } else if let Some(o) = to_offsets {
+                crate::replay::Target::parse_offsets(&o).map_err(|e| format!("--to-offsets: {e}"))
+            } else if let Some(d) = by_duration {
+                crate::windowing::time::parse_duration(&d)
+                    .map(|ms| crate::replay::Target::Time(crate::clock::wall_ms() - ms))
+                    .map_err(|e| format!("--by-duration {d:?}: {e}"))
+            } else {
+                Err("one of --to-earliest, --to-datetime, --to-offsets, --by-duration".to_string())
+            };
+            let target = match target {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("tidemark replay: {e}");
+                    return Ok(2);
+                }
+            };
+            let result = crate::replay::plan(&spec, &target).and_then(|plan| {
+                print!("{}", plan.table());
+                if dry_run {
+                    println!("dry run: nothing changed");
+                } else {
+                    crate::replay::commit(&spec, &plan)?;
+                    println!(
+                        "committed: epoch {} starts at the target offsets; start the members to reprocess",
+                        plan.epoch
+                    );
+                }
+                Ok(())
+            });
+            match result {
+                Ok(()) => Ok(0),
+                Err(e) => {
+                    eprintln!("tidemark replay: {e}");
+                    Ok(if e.is_refusal() { 2 } else { 1 })
                 }
             }
         }

@@ -24,6 +24,8 @@
 //! * [`kafka`] — Kafka client pieces: the raw-log reader, which resolves transactions from a
 //!   topic's COMMIT/ABORT markers (by producer id and epoch) without trusting the broker to hide
 //!   aborted records; restore, `audit` and `tail` read through it.
+//! * [`replay`] — `tidemark replay`: moves a stopped pipeline back to earlier offsets in one
+//!   transaction (reset markers in the changelog, a new epoch).
 //! * [`audit`] — `tidemark audit`: checks a topic's committed panes for duplicates and gaps, and
 //!   dead letters for repeats.
 //! * [`tail`] — `tidemark tail`: committed panes of an output topic as an aligned live table.
@@ -53,6 +55,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod produce;
 pub mod record;
+pub mod replay;
 pub mod simulate;
 pub mod sink;
 pub mod source;

@@ -188,6 +188,22 @@ fn marker_epoch(r: &RawRecord) -> Option<u64> {
     r.header(EPOCH_HEADER).and_then(|s| s.parse().ok())
 }
 
+/// What a changelog partition says is committed now, without touching local state: the committed
+/// input offset and the lineage (epoch and fingerprint), from its committed transactions (open
+/// ones count as not committed).
+pub fn committed_now(
+    bootstrap: &str,
+    changelog_topic: &str,
+    partition: i32,
+) -> Result<(Option<i64>, Lineage), RawLogError> {
+    let mut fold = Fold::new(None, Lineage::default());
+    stream_partition(bootstrap, changelog_topic, partition, 0, |r: RawRecord| {
+        fold.record(&r);
+        Ok::<(), RawLogError>(())
+    })?;
+    Ok((fold.committed, fold.lineage))
+}
+
 /// How a restore treats transactions that are still open.
 #[derive(Debug, Clone, Copy)]
 pub struct OpenPolicy {
