@@ -7,7 +7,7 @@ use super::{Core, Part};
 use crate::metrics as m;
 use crate::pipeline::Step;
 use crate::state::changelog::{restore, OpenPolicy, RestoreError, RestoreStats, StartPosition};
-use crate::state::store::StateStore;
+use crate::state::store::{Lineage, StateStore};
 use crate::windowing::engine::WINDOW_OPERATOR;
 use metrics::{counter, gauge, histogram};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
@@ -93,6 +93,20 @@ impl Core {
             start_at
                 .add_partition_offset(&self.k.input_topic, p, offset)
                 .map_err(|e| RunError::Fatal(e.to_string()))?;
+            // From here on this definition writes the partition's state: record that with it, so
+            // a later start with another definition is refused even when the changelog's tail
+            // has nothing new to say.
+            let lineage = Lineage {
+                epoch: stats.lineage.epoch,
+                fingerprint: Some(self.fingerprint.clone()),
+            };
+            if stats.lineage != lineage {
+                let mut batch = rocksdb::WriteBatch::default();
+                self.store
+                    .put_lineage(&mut batch, &cf, &lineage)
+                    .and_then(|()| self.store.write(batch))
+                    .map_err(|e| RunError::Fatal(format!("storing the state's lineage: {e}")))?;
+            }
             // The watermark resumes from the one stored with the state, so replayed records are
             // judged as they were the first time.
             let step = Step::open(
