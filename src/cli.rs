@@ -1,4 +1,5 @@
-//! The command line: `validate`, `simulate`, `run`, `replay`, `produce`, `audit` and `tail`.
+//! The command line: `validate`, `simulate`, `run`, `replay`, `sink-postgres`, `produce`, `audit`
+//! and `tail`.
 
 use crate::config;
 use crate::state::store::StateStore;
@@ -96,6 +97,15 @@ pub enum Command {
         /// Print the plan and change nothing.
         #[arg(long)]
         dry_run: bool,
+    },
+    /// Carry the pipeline's committed panes (and dead letters) into PostgreSQL, exactly once.
+    SinkPostgres {
+        /// The pipeline file (TOML) with [kafka] and [postgres] sections.
+        #[arg(long)]
+        config: PathBuf,
+        /// Serve /metrics, /healthz and /readyz here (host:port).
+        #[arg(long)]
+        metrics_address: Option<std::net::SocketAddr>,
     },
     /// Produce synthetic clickstream events (JSON) to a topic.
     Produce {
@@ -203,6 +213,34 @@ fn load_config(path: &Path) -> anyhow::Result<config::PipelineSpec> {
     }
 }
 
+/// A flag set when SIGTERM or SIGINT arrives (watched on a thread of its own).
+fn stop_on_signal() -> Arc<AtomicBool> {
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let flag = shutdown.clone();
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {},
+                _ = term.recv() => {},
+            }
+            tracing::info!("signal received: stopping");
+            flag.store(true, Ordering::Relaxed);
+        });
+    });
+    shutdown
+}
+
 /// Runs a parsed command line; the returned code is the process exit status.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
@@ -281,30 +319,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             } else {
                 coordinator::Mode::Windows
             };
-            let shutdown = Arc::new(AtomicBool::new(false));
-            let flag = shutdown.clone();
-            std::thread::spawn(move || {
-                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                else {
-                    return;
-                };
-                rt.block_on(async {
-                    let mut term = match tokio::signal::unix::signal(
-                        tokio::signal::unix::SignalKind::terminate(),
-                    ) {
-                        Ok(s) => s,
-                        Err(_) => return,
-                    };
-                    tokio::select! {
-                        _ = tokio::signal::ctrl_c() => {},
-                        _ = term.recv() => {},
-                    }
-                    tracing::info!("signal received: stopping");
-                    flag.store(true, Ordering::Relaxed);
-                });
-            });
+            let shutdown = stop_on_signal();
             match coordinator::run(spec, mode, health, shutdown) {
                 Ok(()) => Ok(0),
                 Err(e @ coordinator::RunError::Incompatible(_)) => {
@@ -313,6 +328,32 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 }
                 Err(e) => {
                     eprintln!("tidemark run: {e}");
+                    Ok(1)
+                }
+            }
+        }
+        Command::SinkPostgres {
+            config: path,
+            metrics_address,
+        } => {
+            let spec = load_config(&path)?;
+            if let Some(addr) = metrics_address {
+                let health = Arc::new(crate::metrics::Health::default());
+                health.set_ready(true);
+                let bound = crate::metrics::install(addr, health)
+                    .context("starting the metrics endpoint")?;
+                tracing::info!(address = %bound, "serving /metrics");
+            }
+            let shutdown = stop_on_signal();
+            match crate::connect::postgres::run(spec, shutdown) {
+                Ok(()) => Ok(0),
+                Err(e @ crate::connect::postgres::SinkError::Schema(_))
+                | Err(e @ crate::connect::postgres::SinkError::Missing(_)) => {
+                    eprintln!("tidemark sink-postgres: {e}");
+                    Ok(2)
+                }
+                Err(e) => {
+                    eprintln!("tidemark sink-postgres: {e}");
                     Ok(1)
                 }
             }

@@ -26,6 +26,8 @@
 //!   aborted records; restore, `audit` and `tail` read through it.
 //! * [`replay`] — `tidemark replay`: moves a stopped pipeline back to earlier offsets in one
 //!   transaction (reset markers in the changelog, a new epoch).
+//! * [`connect`] — connectors beside the pipeline: `tidemark sink-postgres`, the output topic into
+//!   PostgreSQL exactly once (offsets in the same database transaction).
 //! * [`audit`] — `tidemark audit`: checks a topic's committed panes for duplicates and gaps, and
 //!   dead letters for repeats.
 //! * [`tail`] — `tidemark tail`: committed panes of an output topic as an aligned live table.
@@ -48,6 +50,7 @@ pub mod avro;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod connect;
 pub mod coordinator;
 pub mod http;
 pub mod kafka;

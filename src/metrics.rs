@@ -60,6 +60,18 @@ pub const REBALANCES: &str = "tidemark_rebalances_total";
 pub const ASSIGNED_PARTITIONS: &str = "tidemark_assigned_partitions";
 /// Records between the consumer's position and the partition's end; label `partition`.
 pub const CONSUMER_LAG: &str = "tidemark_consumer_lag_records";
+/// PostgreSQL sink: pane rows written; label `outcome` (`upserted`, `superseded` = skipped because
+/// the table holds a higher `(epoch, pane_index)`, `deleted` by a RETRACT).
+pub const SINK_ROWS: &str = "tidemark_sink_rows_total";
+/// PostgreSQL sink: dead letters written.
+pub const SINK_DEAD_LETTERS: &str = "tidemark_sink_dead_letters_total";
+/// PostgreSQL sink: duration of one batch's database transaction.
+pub const SINK_BATCH_DURATION: &str = "tidemark_sink_batch_duration_seconds";
+/// PostgreSQL sink: records from the offset stored in PostgreSQL to the end of a partition;
+/// labels `topic`, `partition`.
+pub const SINK_LAG: &str = "tidemark_sink_lag_records";
+/// PostgreSQL sink: failed batch transactions (the batch is read again and retried).
+pub const SINK_RETRIES: &str = "tidemark_sink_retries_total";
 
 /// Every metric name above, for checks of dashboards and alert rules.
 pub const ALL: &[&str] = &[
@@ -83,6 +95,11 @@ pub const ALL: &[&str] = &[
     REBALANCES,
     ASSIGNED_PARTITIONS,
     CONSUMER_LAG,
+    SINK_ROWS,
+    SINK_DEAD_LETTERS,
+    SINK_BATCH_DURATION,
+    SINK_LAG,
+    SINK_RETRIES,
 ];
 
 /// Histogram buckets in seconds, shared by every histogram: fine around the commit interval
@@ -163,6 +180,21 @@ pub fn describe() {
     describe_gauge!(
         CONSUMER_LAG,
         "Records from the position to the end of a partition."
+    );
+    describe_counter!(SINK_ROWS, "PostgreSQL sink: pane rows by outcome.");
+    describe_counter!(SINK_DEAD_LETTERS, "PostgreSQL sink: dead letters written.");
+    describe_histogram!(
+        SINK_BATCH_DURATION,
+        Unit::Seconds,
+        "PostgreSQL sink: batch transaction duration."
+    );
+    describe_gauge!(
+        SINK_LAG,
+        "PostgreSQL sink: records from the stored offset to the end of a partition."
+    );
+    describe_counter!(
+        SINK_RETRIES,
+        "PostgreSQL sink: failed batch transactions retried."
     );
 }
 

@@ -213,4 +213,59 @@ impl RawConfig {
                 .ok()
         })
     }
+
+    /// `[postgres]`: the sink's connection, tables and batching.
+    pub(super) fn validate_postgres(&self, c: &mut Checker) -> Option<super::PostgresSpec> {
+        let p = self.postgres.as_ref()?;
+        if p.url.trim().is_empty() {
+            c.fail("postgres.url", "must not be empty");
+        }
+        let ident = |field: &str, name: &str, c: &mut Checker| {
+            let ok = !name.is_empty()
+                && name.split('.').count() <= 2
+                && name.split('.').all(|part| {
+                    part.chars()
+                        .next()
+                        .is_some_and(|ch| ch.is_ascii_alphabetic() || ch == '_')
+                        && part
+                            .chars()
+                            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+                        && part.len() <= 63
+                });
+            if !ok {
+                c.fail(
+                    field,
+                    format!("{name:?} is not a table name: letters, digits and _, as name or schema.name"),
+                );
+            }
+        };
+        ident("postgres.table", &p.table, c);
+        if let Some(d) = &p.dead_letter_table {
+            ident("postgres.dead_letter_table", d, c);
+            if *d == p.table {
+                c.fail(
+                    "postgres.dead_letter_table",
+                    "must differ from postgres.table",
+                );
+            }
+        }
+        let interval = c.duration(
+            "postgres.commit_interval",
+            p.commit_interval.as_deref(),
+            1_000,
+            true,
+        );
+        let max = p.max_batch_records.unwrap_or(10_000);
+        if max == 0 {
+            c.fail("postgres.max_batch_records", "must be at least 1");
+        }
+        Some(super::PostgresSpec {
+            url: p.url.clone(),
+            table: p.table.clone(),
+            dead_letter_table: p.dead_letter_table.clone(),
+            create_tables: p.create_tables.unwrap_or(true),
+            commit_interval: interval.unwrap_or(1_000),
+            max_batch_records: max,
+        })
+    }
 }

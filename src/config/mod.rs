@@ -55,6 +55,9 @@ pub struct RawConfig {
     /// A Confluent-compatible Schema Registry for Confluent-framed Avro.
     #[serde(default)]
     pub schema_registry: Option<RawRegistry>,
+    /// The PostgreSQL sink (`tidemark sink-postgres`).
+    #[serde(default)]
+    pub postgres: Option<RawPostgres>,
     /// Directory that relative schema paths are resolved against (the pipeline file's directory
     /// when loaded from a file; the working directory otherwise).
     #[serde(skip)]
@@ -85,6 +88,45 @@ pub struct RawOutput {
 pub struct RawRegistry {
     /// Base URL, `http://host:port`.
     pub url: String,
+}
+
+/// The `[postgres]` section as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPostgres {
+    /// A libpq connection string, e.g. `host=127.0.0.1 port=5432 user=tidemark dbname=results`.
+    pub url: String,
+    /// The table of panes (`name` or `schema.name`).
+    pub table: String,
+    /// The table of dead letters; without one, dead letters are not read.
+    #[serde(default)]
+    pub dead_letter_table: Option<String>,
+    /// Create missing tables (default true).
+    #[serde(default)]
+    pub create_tables: Option<bool>,
+    /// How often a batch is written (default `"1s"`).
+    #[serde(default)]
+    pub commit_interval: Option<String>,
+    /// A batch is written early once it holds this many records (default 10,000).
+    #[serde(default)]
+    pub max_batch_records: Option<usize>,
+}
+
+/// The PostgreSQL sink's settings, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresSpec {
+    /// The libpq connection string.
+    pub url: String,
+    /// The panes table.
+    pub table: String,
+    /// The dead-letter table, if dead letters are sunk.
+    pub dead_letter_table: Option<String>,
+    /// Whether missing tables are created.
+    pub create_tables: bool,
+    /// Batch interval in milliseconds.
+    pub commit_interval: i64,
+    /// Records that end a batch early.
+    pub max_batch_records: usize,
 }
 
 /// The `[metrics]` section as written.
@@ -317,6 +359,8 @@ pub struct PipelineSpec {
     pub output_format: crate::avro::OutputFormat,
     /// Schema Registry base URL, if configured.
     pub schema_registry: Option<String>,
+    /// The PostgreSQL sink, if the file has a `[postgres]` section.
+    pub postgres: Option<PostgresSpec>,
 }
 
 impl PipelineSpec {

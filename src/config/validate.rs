@@ -36,6 +36,7 @@ impl RawConfig {
         let output_format = self.validate_output(&mut c);
         let schema_registry = self.validate_registry(&mut c);
         let metrics_address = self.validate_metrics(&mut c);
+        let postgres = self.validate_postgres(&mut c);
         if !c.violations.is_empty() {
             return Err(ConfigError::Invalid(c.violations));
         }
@@ -51,6 +52,7 @@ impl RawConfig {
                 avro_input: avro_input.flatten(),
                 output_format: output_format.unwrap_or(OutputFormat::Json),
                 schema_registry,
+                postgres,
             },
             c.warnings,
         ))

@@ -610,6 +610,25 @@ impl TopicReader {
     }
 }
 
+impl TopicReader {
+    /// Reads the partitions `parts` from `from(partition)` to their ends and resolves their
+    /// transactions (a partition the topic does not have is left out).
+    pub fn read_partitions(
+        &mut self,
+        parts: &[i32],
+        mut from: impl FnMut(i32) -> i64,
+    ) -> Result<BTreeMap<i32, PartitionLog>, RawLogError> {
+        let mut out = BTreeMap::new();
+        for (p, addr) in self.leaders()? {
+            if parts.contains(&p) {
+                let client = self.conns.get(&addr)?;
+                out.insert(p, resolve(client, &self.topic, p, from(p))?);
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// Reads a topic's raw log and resolves every transaction.
 pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicLog, RawLogError> {
     let mut reader = TopicReader::connect(bootstrap, topic)?;

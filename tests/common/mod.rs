@@ -389,3 +389,135 @@ pub fn free_port() -> u16 {
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     tidemark::http::request(&format!("http://127.0.0.1:{port}"), "GET", path, "", "").ok()
 }
+
+/// A private PostgreSQL cluster (Debian's server packages, installed by scripts/install-deps.sh):
+/// `initdb` + `pg_ctl` on a free loopback port in a temporary directory, removed on drop. As root
+/// the server runs as the `postgres` user (it refuses to run as root).
+pub struct Postgres {
+    /// Where the cluster lives (removed on drop).
+    _dir: tempfile::TempDir,
+    data: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    /// The port it listens on.
+    pub port: u16,
+}
+
+impl Postgres {
+    fn bin_dir() -> std::path::PathBuf {
+        let mut found: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL server packages (run scripts/install-deps.sh)")
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .filter(|b| b.join("initdb").exists())
+            .collect();
+        found.sort();
+        found.pop().expect("initdb under /usr/lib/postgresql/*/bin")
+    }
+
+    fn as_server_user(&self, program: &str) -> Command {
+        let exe = self.bin.join(program);
+        if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(exe);
+            c
+        } else {
+            Command::new(exe)
+        }
+    }
+
+    /// Creates and starts a cluster.
+    pub fn start() -> Postgres {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        if is_root() {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+            let ok = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&data)
+                .status()
+                .unwrap();
+            assert!(ok.success());
+        }
+        let pg = Postgres {
+            _dir: dir,
+            data,
+            bin: Self::bin_dir(),
+            port: free_port(),
+        };
+        let out = pg
+            .as_server_user("initdb")
+            .arg("-D")
+            .arg(&pg.data)
+            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        pg.pg_ctl("start");
+        pg
+    }
+
+    fn pg_ctl(&self, action: &str) {
+        let mut c = self.as_server_user("pg_ctl");
+        c.arg("-D").arg(&self.data).args(["-w", "-m", "fast"]);
+        if action != "stop" {
+            c.arg("-o").arg(format!(
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+                self.port,
+                self.data.display()
+            ));
+            c.arg("-l").arg(self.data.join("server.log"));
+        }
+        let out = c.arg(action).output().unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl {action}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Stops and starts the server again (fast shutdown: open connections are cut).
+    pub fn restart(&self) {
+        self.pg_ctl("stop");
+        self.pg_ctl("start");
+    }
+
+    /// The libpq connection string.
+    pub fn url(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            self.port
+        )
+    }
+
+    /// A client.
+    pub fn client(&self) -> postgres::Client {
+        postgres::Client::connect(&self.url(), postgres::NoTls).unwrap()
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = self
+            .as_server_user("pg_ctl")
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-m", "immediate", "stop"])
+            .output();
+    }
+}
+
+/// Whether this process runs as root (the server must then run as another user).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}

@@ -1,0 +1,262 @@
+//! `tidemark sink-postgres` against a real broker and a real PostgreSQL: the table equals the
+//! final panes `simulate` computes (one row per dedup id with its last pane, retracted rows
+//! absent) after a clean run, after SIGKILLs of the sink under live load alternating with SIGKILLs
+//! of the `run` member and a PostgreSQL restart mid-run, and after a replay (the higher epoch
+//! wins). A table with other columns is refused at start, naming the difference.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+const PARTITIONS: i32 = 3;
+
+/// (key, pane_index, epoch, timing, count, n, total) per dedup id.
+type Table = BTreeMap<String, (String, i64, i64, String, i64, Option<i64>, Option<f64>)>;
+
+/// The table the sink must converge to: per dedup id the pane with the highest
+/// (epoch, pane_index), without the retracted ones.
+fn expected_table(pane_lines: &[String], epoch: i64) -> Table {
+    let mut last: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    for l in pane_lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let id = v["dedup_id"].as_str().unwrap().to_string();
+        let idx = v["pane_index"].as_i64().unwrap();
+        if last
+            .get(&id)
+            .is_none_or(|old| old["pane_index"].as_i64().unwrap() < idx)
+        {
+            last.insert(id, v);
+        }
+    }
+    last.into_iter()
+        .filter(|(_, v)| v["timing"] != "RETRACT")
+        .map(|(id, v)| {
+            (
+                id,
+                (
+                    v["key"].as_str().unwrap().to_string(),
+                    v["pane_index"].as_i64().unwrap(),
+                    epoch,
+                    v["timing"].as_str().unwrap().to_string(),
+                    v["count"].as_i64().unwrap(),
+                    v["n"].as_i64(),
+                    v["total"].as_f64(),
+                ),
+            )
+        })
+        .collect()
+}
+
+fn table(pg: &Postgres) -> Table {
+    let mut c = pg.client();
+    let rows = match c.query(
+        "SELECT dedup_id, key, pane_index, epoch, timing, count, n, total FROM panes_pg",
+        &[],
+    ) {
+        Ok(r) => r,
+        Err(_) => return Table::new(), // not created yet
+    };
+    rows.iter()
+        .map(|r| {
+            (
+                r.get::<_, String>(0),
+                (
+                    r.get::<_, String>(1),
+                    r.get::<_, i32>(2) as i64,
+                    r.get::<_, i64>(3),
+                    r.get::<_, String>(4),
+                    r.get::<_, i64>(5),
+                    r.get::<_, Option<i64>>(6),
+                    r.get::<_, Option<f64>>(7),
+                ),
+            )
+        })
+        .collect()
+}
+
+fn config(dir: &Path, broker: &str, pg: &Postgres) -> std::path::PathBuf {
+    let text = format!(
+        "{}\n[postgres]\nurl = \"{}\"\ntable = \"panes_pg\"\ndead_letter_table = \"dead_pg\"\ncommit_interval = \"200ms\"\nmax_batch_records = 500\n",
+        dynamic(pipeline(broker, &dir.join("state"), Some("m1"), "")),
+        pg.url()
+    );
+    let p = dir.join("pipeline.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn start_sink(cfg: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["sink-postgres", "--config"])
+        .arg(cfg)
+        .env(
+            "TIDEMARK_LOG",
+            std::env::var("TIDEMARK_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .spawn()
+        .unwrap()
+}
+
+fn kill9(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Waits until the table equals `want` (or fails after `secs`, showing the difference).
+fn wait_for_table(pg: &Postgres, want: &Table, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let got = table(pg);
+        if got == *want {
+            return;
+        }
+        if Instant::now() > deadline {
+            let missing: Vec<_> = want
+                .keys()
+                .filter(|k| !got.contains_key(*k))
+                .take(5)
+                .collect();
+            let extra: Vec<_> = got
+                .keys()
+                .filter(|k| !want.contains_key(*k))
+                .take(5)
+                .collect();
+            let differ: Vec<_> = want
+                .iter()
+                .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
+                .take(5)
+                .map(|(k, v)| (k, v, &got[k]))
+                .collect();
+            panic!(
+                "table: {} rows, want {}; missing {missing:?}; extra {extra:?}; differ {differ:?}",
+                got.len(),
+                want.len()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn dead_rows(pg: &Postgres) -> i64 {
+    pg.client()
+        .query_one("SELECT count(*) FROM dead_pg", &[])
+        .map(|r| r.get::<_, i64>(0))
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_table_equals_simulate_after_a_clean_run_and_after_a_replay() {
+    let broker = Broker::start();
+    broker.create_topic("events", PARTITIONS);
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &broker.addr, &pg);
+    let s = Scenario::generate(PARTITIONS, 3_000, 17);
+    s.produce(&broker.addr, 500, Duration::ZERO).join().unwrap();
+    let member = start_member(&cfg);
+    let mut sink = start_sink(&cfg);
+    wait_for_table(&pg, &expected_table(&s.expected, 0), 120);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while dead_rows(&pg) < s.expected_dead as i64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(dead_rows(&pg), s.expected_dead as i64, "dead letters");
+    assert!(stop_member(member).success());
+
+    // A replay: epoch 1 replaces every row, although its pane indexes start at 0 again.
+    let out = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["replay", "--to-earliest", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let member = start_member(&cfg);
+    wait_for_table(&pg, &expected_table(&s.expected, 1), 120);
+    assert!(stop_member(member).success());
+    // Dead letters of epoch 1 are kept beside those of epoch 0.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while dead_rows(&pg) < 2 * s.expected_dead as i64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(dead_rows(&pg), 2 * s.expected_dead as i64);
+    let _ = Command::new("kill")
+        .args(["-TERM", &sink.id().to_string()])
+        .status();
+    assert!(sink.wait().unwrap().success());
+}
+
+#[test]
+fn kill_9s_of_sink_and_member_and_a_database_restart_leave_the_table_exact() {
+    let broker = Broker::start();
+    broker.create_topic("events", PARTITIONS);
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &broker.addr, &pg);
+    let s = Scenario::generate(PARTITIONS, 4_000, 29);
+    // About 16 s of live input.
+    let producer = s.produce(&broker.addr, 50, Duration::from_millis(200));
+    let mut member = start_member(&cfg);
+    let mut sink = start_sink(&cfg);
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    // 20 SIGKILLs, 10 of the sink and 10 of the member, alternating, with the database
+    // restarted half-way.
+    for i in 0..20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        std::thread::sleep(Duration::from_millis(500 + x % 700));
+        if i % 2 == 0 {
+            kill9(&mut sink);
+            sink = start_sink(&cfg);
+        } else {
+            kill9(&mut member);
+            member = start_member(&cfg);
+        }
+        if i == 10 {
+            pg.restart();
+        }
+    }
+    producer.join().unwrap();
+    wait_for_table(&pg, &expected_table(&s.expected, 0), 180);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while dead_rows(&pg) < s.expected_dead as i64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(dead_rows(&pg), s.expected_dead as i64, "dead letters");
+    assert!(stop_member(member).success());
+    kill9(&mut sink);
+}
+
+#[test]
+fn a_table_with_other_columns_is_refused_naming_the_difference() {
+    let broker = Broker::start();
+    broker.create_topic("events", PARTITIONS);
+    let pg = Postgres::start();
+    pg.client()
+        .batch_execute("CREATE TABLE panes_pg (dedup_id text PRIMARY KEY, key integer, extra text)")
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &broker.addr, &pg);
+    let out = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["sink-postgres", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for said in [
+        "column key is integer, expected text",
+        "column window_start",
+        "column extra is not one the sink writes",
+    ] {
+        assert!(err.contains(said), "{said:?} missing from: {err}");
+    }
+}
