@@ -538,6 +538,46 @@ fn stored_offsets(
         .collect())
 }
 
+/// Creates (or checks) the offsets and panes tables for `aggregations`: what the sink does at
+/// start, for benchmarks and tools.
+pub fn ensure_tables(
+    db: &mut postgres::Client,
+    spec: &PostgresSpec,
+    aggregations: &[AggSpec],
+) -> Result<(), SinkError> {
+    let offset_cols: Vec<(String, &str)> = OFFSET_COLUMNS
+        .iter()
+        .map(|(n, t)| (n.to_string(), *t))
+        .collect();
+    ensure_table(
+        db,
+        OFFSETS_TABLE,
+        &offset_cols,
+        "group_id, topic, partition",
+        spec.create_tables,
+    )?;
+    ensure_table(
+        db,
+        &spec.table,
+        &pane_columns(aggregations),
+        "dedup_id",
+        spec.create_tables,
+    )
+}
+
+/// Writes a batch of panes and offsets in one database transaction, exactly as the sink does
+/// (for benchmarks).
+pub fn write_pane_batch(
+    db: &mut postgres::Client,
+    spec: &PostgresSpec,
+    aggregations: &[AggSpec],
+    panes: &[PaneRow],
+    offsets: &BTreeMap<(String, i32), i64>,
+    group: &str,
+) -> Result<BatchStats, BatchError> {
+    write_batch(db, spec, aggregations, panes, &[], offsets, group)
+}
+
 /// Runs the sink until `shutdown` is set.
 pub fn run(spec: PipelineSpec, shutdown: Arc<AtomicBool>) -> Result<(), SinkError> {
     let k: KafkaSpec = spec.kafka.clone().ok_or(SinkError::Missing("kafka"))?;
