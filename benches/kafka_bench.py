@@ -187,6 +187,12 @@ def measure(proc, port, broker_pid, target, label):
     }
 
 
+def cpu_us(r):
+    """CPU microseconds the member spent per input record (user + system time over the measured
+    interval, divided by the records it committed in that interval)."""
+    return r["cpu_member"] / r["rate"] * 1e6 if r["rate"] else float("nan")
+
+
 def stop(proc):
     proc.terminate()
     try:
@@ -261,13 +267,13 @@ def main():
     within = dict(live).get(0.35, float("nan"))
 
     print()
-    print(f"{'run':34} {'records':>9} {'seconds':>8} {'records/s':>10} {'cpu member':>11} {'cpu broker':>11} {'peak RSS':>9} {'txns':>6} {'commit ms':>10}")
+    print(f"{'run':34} {'records':>9} {'seconds':>8} {'records/s':>10} {'cpu member':>11} {'cpu us/rec':>10} {'cpu broker':>11} {'peak RSS':>9} {'txns':>6} {'commit ms':>10}")
     for r in results:
         m = r["metrics"]
         txns = m.get('tidemark_transactions_total{outcome="committed"}', 0)
         commit_ms = 1000 * m.get("tidemark_commit_duration_seconds_sum", 0) / max(m.get("tidemark_commit_duration_seconds_count", 1), 1)
         print(f"{r['label']:34} {r['records']:>9.0f} {r['seconds']:>8.2f} {r['rate']:>10.0f} "
-              f"{r['cpu_member'] * 100:>10.0f}% {r['cpu_broker'] * 100:>10.0f}% {r['rss_mb']:>6.0f} MB {txns:>6.0f} {commit_ms:>10.1f}")
+              f"{r['cpu_member'] * 100:>10.0f}% {cpu_us(r):>10.2f} {r['cpu_broker'] * 100:>10.0f}% {r['rss_mb']:>6.0f} MB {txns:>6.0f} {commit_ms:>10.1f}")
     ratio = results[1]["rate"] / results[0]["rate"]
     print(f"\n(a)/(b) throughput: {ratio * 100:.0f}% (target >= 60%)")
     print(f"live phase: {LIVE_EVENTS} events at {LIVE_RATE}/s, {panes:.0f} panes committed")
@@ -279,6 +285,8 @@ def main():
         "tidemark_rps": round(results[1]["rate"]),
         "ratio": round(ratio, 3),
         "p99_ms": round(quantile(0.99, live) * 1000),
+        "passthrough_cpu_us_per_record": round(cpu_us(results[0]), 2),
+        "tidemark_cpu_us_per_record": round(cpu_us(results[1]), 2),
     }
     print(json.dumps(summary))
 
