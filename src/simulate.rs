@@ -61,6 +61,29 @@ fn control_value(v: &Value, name: &str) -> Result<i64, String> {
     }
 }
 
+/// A control line.
+enum Control {
+    /// `{"$watermark": MS}`.
+    Watermark(i64),
+    /// `{"$advance_processing_time": MS}`.
+    Advance(i64),
+}
+
+/// The control line `v` is, `None` when it is not one, or why it is rejected.
+fn control(v: &Value) -> Option<Result<Control, String>> {
+    if let Some(w) = v.get("$watermark") {
+        return Some(control_value(w, "$watermark").map(Control::Watermark));
+    }
+    let a = v.get("$advance_processing_time")?;
+    Some(match control_value(a, "$advance_processing_time") {
+        Ok(ms) if ms >= 0 => Ok(Control::Advance(ms)),
+        _ => Err(
+            "$advance_processing_time must be a non-negative integer number of milliseconds"
+                .to_string(),
+        ),
+    })
+}
+
 /// Runs `spec` over `input`, writing panes to `panes` and dead letters to `dead_letters`. Every
 /// line goes through the same [`Step`] as a record of `tidemark run`.
 pub fn run(
@@ -113,74 +136,54 @@ pub fn run(
         }
         summary.lines += 1;
         let line_no = summary.lines;
-        // A line that is not UTF-8 cannot be an event: a dead letter that keeps its bytes.
-        let line = match String::from_utf8(bytes) {
-            Ok(line) => line,
-            Err(e) => {
-                let valid_up_to = e.utf8_error().valid_up_to();
-                let bytes = e.into_bytes();
-                let detail = format!("not valid UTF-8 (byte {valid_up_to})");
-                let out = step.record(Err(detail), now)?;
-                let extra = json!({"original_base64": BASE64.encode(&bytes)});
-                let r = out.rejection.expect("a decoding failure is rejected");
-                dead(
-                    &mut summary,
-                    line_no,
-                    &String::from_utf8_lossy(&bytes),
-                    r,
-                    extra,
-                )?;
-                write_panes(&mut summary, panes, out.panes, aggregations)?;
-                continue;
-            }
-        };
-        if line.trim().is_empty() {
-            continue;
-        }
-        let decoded = match serde_json::from_str::<Value>(&line) {
-            Err(e) => Err(format!("not JSON: {e}")),
-            Ok(value) => {
-                let fired = if let Some(v) = value.get("$watermark") {
-                    control_value(v, "$watermark").map(|ms| step.set_watermark(ms))
-                } else if let Some(v) = value.get("$advance_processing_time") {
-                    match control_value(v, "$advance_processing_time") {
-                        Ok(ms) if ms >= 0 => {
-                            now = now.saturating_add(ms);
-                            Ok(step.tick(now))
+        // What the line is: a control line (handled here), or a record that decoded or did not.
+        let (line, decoded, extra) = match String::from_utf8(bytes) {
+            Ok(line) if line.trim().is_empty() => continue,
+            Ok(line) => {
+                let decoded = match serde_json::from_str::<Value>(&line) {
+                    Err(e) => Err(format!("not JSON: {e}")),
+                    Ok(value) => match control(&value) {
+                        None => decoder.decode_value(&value).map_err(|e| e.to_string()),
+                        Some(Err(detail)) => Err(detail),
+                        Some(Ok(c)) => {
+                            let fired = match c {
+                                Control::Watermark(ms) => step.set_watermark(ms)?,
+                                Control::Advance(ms) => {
+                                    now = now.saturating_add(ms);
+                                    step.tick(now)?
+                                }
+                            };
+                            write_panes(&mut summary, panes, fired, aggregations)?;
+                            continue;
                         }
-                        _ => Err("$advance_processing_time must be a non-negative integer number of milliseconds".to_string()),
-                    }
-                } else {
-                    let decoded = decoder.decode_value(&value).map_err(|e| e.to_string());
-                    let is_event = decoded.is_ok();
-                    let out = step.record(decoded, now)?;
-                    if let Some(r) = out.rejection {
-                        dead(&mut summary, line_no, &line, r, Value::Null)?;
-                    }
-                    write_panes(&mut summary, panes, out.panes, aggregations)?;
-                    if is_event {
-                        summary.events += 1;
-                        if summary.events % FLUSH_EVERY == 0 {
-                            step.engine_mut().flush()?;
-                        }
-                    }
-                    continue;
+                    },
                 };
-                match fired {
-                    Ok(fired) => {
-                        write_panes(&mut summary, panes, fired?, aggregations)?;
-                        continue;
-                    }
-                    Err(detail) => Err(detail),
-                }
+                (line, decoded, Value::Null)
+            }
+            // A line that is not UTF-8 cannot be an event: a dead letter that keeps its bytes.
+            Err(e) => {
+                let detail = format!("not valid UTF-8 (byte {})", e.utf8_error().valid_up_to());
+                let bytes = e.into_bytes();
+                let extra = json!({"original_base64": BASE64.encode(&bytes)});
+                (
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                    Err(detail),
+                    extra,
+                )
             }
         };
-        // A line that is not JSON, or a control line out of range.
+        let is_event = decoded.is_ok();
         let out = step.record(decoded, now)?;
         if let Some(r) = out.rejection {
-            dead(&mut summary, line_no, &line, r, Value::Null)?;
+            dead(&mut summary, line_no, &line, r, extra)?;
         }
         write_panes(&mut summary, panes, out.panes, aggregations)?;
+        if is_event {
+            summary.events += 1;
+            if summary.events % FLUSH_EVERY == 0 {
+                step.engine_mut().flush()?;
+            }
+        }
     }
     let fired = step.finish()?;
     write_panes(&mut summary, panes, fired, aggregations)?;
