@@ -6,9 +6,9 @@
 //! key, window in local time, timing, pane index, count and the aggregates.
 
 use crate::config::RESERVED_PANE_FIELDS;
-use crate::kafka::raw_log::{RawLogError, RawRecord, TopicReader};
+use crate::kafka::raw_log::{Follow, RawLogError, RawRecord, TopicReader};
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Whether a pane field is an aggregate: not one every pane has, nor the map Avro panes keep
@@ -136,16 +136,6 @@ pub fn line(row: &PaneRow, tz: &impl chrono::TimeZone<Offset: std::fmt::Display>
     line
 }
 
-/// Follows one partition: reads its raw log from the first unresolved offset on each poll and
-/// hands on each committed record once.
-#[derive(Debug, Default)]
-struct Follow {
-    /// Where the next read starts: the first record still in an open transaction, or the end.
-    from: i64,
-    /// Offsets at or after `from` already handed on (committed records after an open one).
-    done: BTreeSet<i64>,
-}
-
 /// Follows every partition of `topic`, handing each committed record to `show` once; polls every
 /// `every` and stops after one pass when `once` is set.
 pub fn follow(
@@ -160,15 +150,9 @@ pub fn follow(
     loop {
         let logs = reader.read(|p| parts.get(&p).map_or(0, |f| f.from))?;
         for (p, log) in logs {
-            let f = parts.entry(p).or_default();
-            for r in &log.committed {
-                if f.done.insert(r.offset) {
-                    show(r)?;
-                }
+            for r in parts.entry(p).or_default().fresh(&log) {
+                show(r)?;
             }
-            f.from = log.first_open.unwrap_or(log.next_offset);
-            let from = f.from;
-            f.done.retain(|&o| o >= from);
         }
         if once {
             return Ok(());

@@ -27,9 +27,9 @@
 //! condition), so the table ends up as if each committed pane had been applied once.
 
 use crate::audit::epoch_of;
-use crate::avro::{decode_value, parse_schema, OutputFormat, WINDOW_RESULT_SCHEMA};
+use crate::avro::{decode_value, parse_schema, Framing, OutputFormat, WINDOW_RESULT_SCHEMA};
 use crate::config::{KafkaSpec, PipelineSpec, PostgresSpec};
-use crate::kafka::raw_log::{RawRecord, TopicReader};
+use crate::kafka::raw_log::{Follow, RawRecord, TopicReader};
 use crate::metrics as m;
 use crate::windowing::aggregate::{AggOp, AggSpec};
 use metrics::{counter, gauge, histogram};
@@ -99,24 +99,48 @@ struct DeadRow {
     value: Option<Vec<u8>>,
 }
 
-/// Decodes a pane record of the pipeline's output format into a row.
-pub fn decode_pane(
-    r: &RawRecord,
-    format: &OutputFormat,
-    aggregations: &[AggSpec],
-) -> Result<PaneRow, String> {
-    let bytes = r.value.as_deref().ok_or("a pane record without a value")?;
-    let v: Value = match format {
-        OutputFormat::Json => {
-            serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?
-        }
-        OutputFormat::Avro { framing, .. } => {
-            let schema = parse_schema("window_result.avsc", WINDOW_RESULT_SCHEMA)
-                .map_err(|e| e.to_string())?;
-            let decoded = decode_value(&schema, *framing, bytes)?;
-            Value::try_from(decoded).map_err(|e| e.to_string())?
-        }
-    };
+/// Decodes pane records of the pipeline's output format into rows (the Avro schema is parsed
+/// once).
+#[derive(Debug)]
+pub struct PaneDecoder {
+    /// Avro framing and the `WindowResult` schema; `None` for JSON panes.
+    avro: Option<(Framing, apache_avro::Schema)>,
+    aggregations: Vec<AggSpec>,
+}
+
+impl PaneDecoder {
+    /// A decoder for `format` with the pipeline's aggregations.
+    pub fn new(format: &OutputFormat, aggregations: &[AggSpec]) -> Result<PaneDecoder, String> {
+        let avro = match format {
+            OutputFormat::Json => None,
+            OutputFormat::Avro { framing, .. } => Some((
+                *framing,
+                parse_schema("window_result.avsc", WINDOW_RESULT_SCHEMA)
+                    .map_err(|e| e.to_string())?,
+            )),
+        };
+        Ok(PaneDecoder {
+            avro,
+            aggregations: aggregations.to_vec(),
+        })
+    }
+
+    /// Decodes one pane record into a row.
+    pub fn decode(&self, r: &RawRecord) -> Result<PaneRow, String> {
+        let bytes = r.value.as_deref().ok_or("a pane record without a value")?;
+        let v: Value = match &self.avro {
+            None => serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?,
+            Some((framing, schema)) => {
+                let decoded = decode_value(schema, *framing, bytes)?;
+                Value::try_from(decoded).map_err(|e| e.to_string())?
+            }
+        };
+        pane_row(&v, &self.aggregations)
+    }
+}
+
+/// A pane's JSON form (the JSON output, or an Avro pane converted) as a row.
+fn pane_row(v: &Value, aggregations: &[AggSpec]) -> Result<PaneRow, String> {
     let int = |name: &str| {
         v.get(name)
             .and_then(Value::as_i64)
@@ -228,10 +252,11 @@ const OFFSET_COLUMNS: [(&str, &str); 4] = [
 fn ensure_table(
     db: &mut postgres::Client,
     name: &str,
-    want: &[(String, &str)],
+    want: &[(impl AsRef<str>, &str)],
     key: &str,
     create: bool,
 ) -> Result<(), SinkError> {
+    let want: Vec<(&str, &str)> = want.iter().map(|(n, t)| (n.as_ref(), *t)).collect();
     let (schema, table) = match name.split_once('.') {
         Some((s, t)) => (Some(s.to_string()), t.to_string()),
         None => (None, name.to_string()),
@@ -257,7 +282,7 @@ fn ensure_table(
         let cols: Vec<String> = want
             .iter()
             .map(|(n, t)| {
-                let null = if n == "updated_at" {
+                let null = if *n == "updated_at" {
                     " NOT NULL DEFAULT now()"
                 } else {
                     ""
@@ -278,10 +303,10 @@ fn ensure_table(
     let have_map: BTreeMap<&str, &str> =
         have.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
     let mut problems = Vec::new();
-    for (n, t) in want {
-        match have_map.get(n.as_str()) {
+    for &(n, t) in &want {
+        match have_map.get(n) {
             None => problems.push(format!("column {n} ({t}) is missing")),
-            Some(h) if h != t => problems.push(format!("column {n} is {h}, expected {t}")),
+            Some(&h) if h != t => problems.push(format!("column {n} is {h}, expected {t}")),
             Some(_) => {}
         }
     }
@@ -492,12 +517,10 @@ fn write_batch(
 }
 
 /// One assigned partition being read.
-#[derive(Debug, Default)]
-struct Follow {
+#[derive(Debug)]
+struct Part {
     /// Where the next read starts (and what is stored once the batch commits).
-    from: i64,
-    /// Offsets at or after `from` already in the batch (committed records after an open one).
-    done: BTreeSet<i64>,
+    follow: Follow,
     /// The partition's end at the last read.
     end: i64,
 }
@@ -545,14 +568,10 @@ pub fn ensure_tables(
     spec: &PostgresSpec,
     aggregations: &[AggSpec],
 ) -> Result<(), SinkError> {
-    let offset_cols: Vec<(String, &str)> = OFFSET_COLUMNS
-        .iter()
-        .map(|(n, t)| (n.to_string(), *t))
-        .collect();
     ensure_table(
         db,
         OFFSETS_TABLE,
-        &offset_cols,
+        &OFFSET_COLUMNS,
         "group_id, topic, partition",
         spec.create_tables,
     )?;
@@ -590,33 +609,13 @@ pub fn run(spec: PipelineSpec, shutdown: Arc<AtomicBool>) -> Result<(), SinkErro
     let Some(mut db) = connect(&pg.url, &shutdown) else {
         return Ok(());
     };
-    let offset_cols: Vec<(String, &str)> = OFFSET_COLUMNS
-        .iter()
-        .map(|(n, t)| (n.to_string(), *t))
-        .collect();
-    ensure_table(
-        &mut db,
-        OFFSETS_TABLE,
-        &offset_cols,
-        "group_id, topic, partition",
-        pg.create_tables,
-    )?;
-    ensure_table(
-        &mut db,
-        &pg.table,
-        &pane_columns(&aggs),
-        "dedup_id",
-        pg.create_tables,
-    )?;
+    let decoder = PaneDecoder::new(&spec.output_format, &aggs).map_err(SinkError::Startup)?;
+    ensure_tables(&mut db, &pg, &aggs)?;
     if let Some(dt) = &pg.dead_letter_table {
-        let cols: Vec<(String, &str)> = DEAD_COLUMNS
-            .iter()
-            .map(|(n, t)| (n.to_string(), *t))
-            .collect();
         ensure_table(
             &mut db,
             dt,
-            &cols,
+            &DEAD_COLUMNS,
             "source_topic, source_partition, source_offset, epoch",
             pg.create_tables,
         )?;
@@ -636,7 +635,7 @@ pub fn run(spec: PipelineSpec, shutdown: Arc<AtomicBool>) -> Result<(), SinkErro
         .subscribe(&names)
         .map_err(|e| SinkError::Startup(format!("subscribing: {e}")))?;
     let mut readers: BTreeMap<String, TopicReader> = BTreeMap::new();
-    let mut follows: BTreeMap<(String, i32), Follow> = BTreeMap::new();
+    let mut follows: BTreeMap<(String, i32), Part> = BTreeMap::new();
     let mut panes: Vec<PaneRow> = Vec::new();
     let mut dead: Vec<DeadRow> = Vec::new();
     let mut last_commit = Instant::now();
@@ -667,8 +666,10 @@ pub fn run(spec: PipelineSpec, shutdown: Arc<AtomicBool>) -> Result<(), SinkErro
                     || gone
                     || stopping));
         if write {
-            let offsets: BTreeMap<(String, i32), i64> =
-                follows.iter().map(|(tp, f)| (tp.clone(), f.from)).collect();
+            let offsets: BTreeMap<(String, i32), i64> = follows
+                .iter()
+                .map(|(tp, f)| (tp.clone(), f.follow.from))
+                .collect();
             let started = Instant::now();
             let result = if failed {
                 None
@@ -686,7 +687,7 @@ pub fn run(spec: PipelineSpec, shutdown: Arc<AtomicBool>) -> Result<(), SinkErro
                     counter!(m::SINK_DEAD_LETTERS).increment(s.dead_letters);
                     for ((t, p), f) in &follows {
                         gauge!(m::SINK_LAG, "topic" => t.clone(), "partition" => p.to_string())
-                            .set((f.end - f.from).max(0) as f64);
+                            .set((f.end - f.follow.from).max(0) as f64);
                     }
                     panes.clear();
                     dead.clear();
@@ -736,9 +737,9 @@ pub fn run(spec: PipelineSpec, shutdown: Arc<AtomicBool>) -> Result<(), SinkErro
                         );
                         follows.insert(
                             tp,
-                            Follow {
-                                from,
-                                ..Follow::default()
+                            Part {
+                                follow: Follow::starting_at(from),
+                                end: from,
                             },
                         );
                     }
@@ -772,7 +773,9 @@ pub fn run(spec: PipelineSpec, shutdown: Arc<AtomicBool>) -> Result<(), SinkErro
                 }
             }
             let reader = readers.get_mut(topic).expect("inserted");
-            let logs = match reader.read_partitions(&parts, |p| follows[&(topic.clone(), p)].from) {
+            let logs = match reader
+                .read_partitions(&parts, |p| follows[&(topic.clone(), p)].follow.from)
+            {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::warn!("reading {topic}: {e}");
@@ -783,17 +786,15 @@ pub fn run(spec: PipelineSpec, shutdown: Arc<AtomicBool>) -> Result<(), SinkErro
             let dead_topic = *topic == k.dead_letter_topic && pg.dead_letter_table.is_some();
             for (p, log) in logs {
                 let f = follows.get_mut(&(topic.clone(), p)).expect("followed");
-                for r in &log.committed {
-                    if !f.done.insert(r.offset) {
-                        continue;
-                    }
+                let before = f.follow.from;
+                for r in f.follow.fresh(&log) {
                     if dead_topic {
                         if let Some(d) = dead_row(r) {
                             dead.push(d);
                         }
                         continue;
                     }
-                    match decode_pane(r, &spec.output_format, &aggs) {
+                    match decoder.decode(r) {
                         Ok(row) => panes.push(row),
                         Err(why) => {
                             let detail =
@@ -817,12 +818,8 @@ pub fn run(spec: PipelineSpec, shutdown: Arc<AtomicBool>) -> Result<(), SinkErro
                         }
                     }
                 }
-                let next = log.first_open.unwrap_or(log.next_offset);
-                moved |= next != f.from;
-                f.from = next;
+                moved |= f.follow.from != before;
                 f.end = log.next_offset;
-                let from = f.from;
-                f.done.retain(|&o| o >= from);
             }
         }
     }

@@ -629,6 +629,41 @@ impl TopicReader {
     }
 }
 
+/// Follows one partition's committed records across repeated reads: each read starts at
+/// [`Follow::from`] (the first record still in an open transaction, or the end), and each
+/// committed record is handed on once, even when it follows an open one and is read again.
+#[derive(Debug, Default, Clone)]
+pub struct Follow {
+    /// Where the next read starts.
+    pub from: i64,
+    /// Offsets at or after `from` already handed on.
+    done: std::collections::BTreeSet<i64>,
+}
+
+impl Follow {
+    /// Follows from `from`.
+    pub fn starting_at(from: i64) -> Follow {
+        Follow {
+            from,
+            ..Follow::default()
+        }
+    }
+
+    /// The committed records of `log` (read from [`Follow::from`]) not handed on before, in
+    /// offset order; moves `from` to the first unresolved offset or the end.
+    pub fn fresh<'a>(&mut self, log: &'a PartitionLog) -> Vec<&'a RawRecord> {
+        let fresh = log
+            .committed
+            .iter()
+            .filter(|r| self.done.insert(r.offset))
+            .collect();
+        self.from = log.first_open.unwrap_or(log.next_offset);
+        let from = self.from;
+        self.done.retain(|&o| o >= from);
+        fresh
+    }
+}
+
 /// Reads a topic's raw log and resolves every transaction.
 pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicLog, RawLogError> {
     let mut reader = TopicReader::connect(bootstrap, topic)?;
