@@ -69,7 +69,7 @@ pub fn check_panes(committed: &[RawRecord]) -> PaneReport {
 
 /// The replay epoch of a pane or dead letter (0 without the header).
 pub fn epoch_of(r: &RawRecord) -> u64 {
-    r.header("tidemark.epoch")
+    r.header(crate::sink::kafka::EPOCH_HEADER)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
 }

@@ -19,11 +19,9 @@
 use crate::config::PipelineSpec;
 use crate::kafka::raw_log::RawLogError;
 use crate::state::changelog::{
-    committed_now, EPOCH_HEADER, EPOCH_MARKER_KEY, FINGERPRINT_HEADER, OFFSET_MARKER_KEY,
-    RESET_MARKER_KEY, STAMP_HEADER,
+    committed_now, marker_headers, EPOCH_MARKER_KEY, OFFSET_MARKER_KEY, RESET_MARKER_KEY,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
@@ -321,26 +319,6 @@ pub fn plan(spec: &PipelineSpec, target: &Target) -> Result<Plan, ReplayError> {
     })
 }
 
-fn marker_headers(stamp: Option<i64>, plan: &Plan) -> OwnedHeaders {
-    let epoch = plan.epoch.to_string();
-    let mut h = OwnedHeaders::new_with_capacity(3)
-        .insert(Header {
-            key: EPOCH_HEADER,
-            value: Some(&epoch),
-        })
-        .insert(Header {
-            key: FINGERPRINT_HEADER,
-            value: Some(&plan.fingerprint),
-        });
-    if let Some(s) = stamp {
-        h = h.insert(Header {
-            key: STAMP_HEADER,
-            value: Some(&s.to_string()),
-        });
-    }
-    h
-}
-
 /// Commits the plan in one transaction (see the module docs).
 pub fn commit(spec: &PipelineSpec, plan: &Plan) -> Result<(), ReplayError> {
     let k = spec.kafka.as_ref().ok_or(ReplayError::NoKafka)?;
@@ -363,7 +341,7 @@ pub fn commit(spec: &PipelineSpec, plan: &Plan) -> Result<(), ReplayError> {
                 .partition(r.partition)
                 .key(key)
                 .payload(value)
-                .headers(marker_headers(stamp, plan));
+                .headers(marker_headers(stamp, plan.epoch, &plan.fingerprint));
             producer
                 .send(record)
                 .map_err(|(e, _)| ReplayError::Kafka(format!("producing a marker: {e}")))

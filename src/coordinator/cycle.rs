@@ -7,7 +7,7 @@ use super::telemetry::BatchOutcome;
 use super::Core;
 use crate::metrics as m;
 use crate::pipeline::Step;
-use crate::state::changelog::{EPOCH_HEADER, FINGERPRINT_HEADER, OFFSET_MARKER_KEY, STAMP_HEADER};
+use crate::state::changelog::{marker_headers, OFFSET_MARKER_KEY, STAMP_HEADER};
 use crate::state::store::StoredOffsets;
 use crate::windowing::cache::Changes;
 use crate::windowing::engine::Engine;
@@ -64,7 +64,7 @@ impl Core {
             };
             let stamp = next.to_string();
             let consumed = part.committed_offset != Some(next);
-            let epoch = part.epoch.to_string();
+            let epoch = part.epoch;
             let topic = self.k.changelog_topic.as_str();
             for (key, value) in changes.iter() {
                 self.send(changelog_record(topic, p, &stamp, key, value))?;
@@ -72,19 +72,7 @@ impl Core {
             // The offset marker: the log's own record that this transaction commits `next`,
             // with the epoch and the fingerprint of the definition that wrote the state.
             if consumed {
-                let headers = OwnedHeaders::new_with_capacity(3)
-                    .insert(Header {
-                        key: STAMP_HEADER,
-                        value: Some(&stamp),
-                    })
-                    .insert(Header {
-                        key: EPOCH_HEADER,
-                        value: Some(&epoch),
-                    })
-                    .insert(Header {
-                        key: FINGERPRINT_HEADER,
-                        value: Some(&self.fingerprint),
-                    });
+                let headers = marker_headers(Some(next), epoch, &self.fingerprint);
                 let marker = BaseRecord::with_opaque_to(topic, 1 + p as usize)
                     .partition(p)
                     .key(OFFSET_MARKER_KEY)

@@ -14,8 +14,8 @@
 use crate::windowing::engine::Pane;
 use rdkafka::message::{Header, OwnedHeaders};
 
-/// Header of the replay epoch on panes and dead letters.
-pub const EPOCH_HEADER: &str = "tidemark.epoch";
+/// Header of the replay epoch on panes and dead letters (the same header as on changelog markers).
+pub use crate::state::changelog::EPOCH_HEADER;
 
 /// Headers of a pane record of replay epoch `epoch`.
 pub fn pane_headers(p: &Pane, epoch: u64) -> OwnedHeaders {

@@ -62,6 +62,34 @@ pub const EPOCH_HEADER: &str = "tidemark.epoch";
 /// Header carrying the pipeline fingerprint on changelog markers.
 pub const FINGERPRINT_HEADER: &str = "tidemark.fingerprint";
 
+/// The headers of a changelog marker (offset, reset or epoch): its stamp, when it has one, the
+/// replay epoch and the pipeline fingerprint. `tidemark run` and `tidemark replay` both write
+/// markers through this, and [`Fold`] reads them back.
+pub fn marker_headers(
+    stamp: Option<i64>,
+    epoch: u64,
+    fingerprint: &str,
+) -> rdkafka::message::OwnedHeaders {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let epoch = epoch.to_string();
+    let mut h = OwnedHeaders::new_with_capacity(3)
+        .insert(Header {
+            key: EPOCH_HEADER,
+            value: Some(&epoch),
+        })
+        .insert(Header {
+            key: FINGERPRINT_HEADER,
+            value: Some(fingerprint),
+        });
+    if let Some(s) = stamp {
+        h = h.insert(Header {
+            key: STAMP_HEADER,
+            value: Some(&s.to_string()),
+        });
+    }
+    h
+}
+
 /// Kafka's OFFSET_OUT_OF_RANGE error code: the stored changelog position is past the log's end.
 const OFFSET_OUT_OF_RANGE: i16 = 1;
 
