@@ -90,15 +90,7 @@ fn config(dir: &Path, broker: &str, pg: &Postgres) -> std::path::PathBuf {
 }
 
 fn start_sink(cfg: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(["sink-postgres", "--config"])
-        .arg(cfg)
-        .env(
-            "TIDEMARK_LOG",
-            std::env::var("TIDEMARK_TEST_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .spawn()
-        .unwrap()
+    start_tidemark("sink-postgres", cfg)
 }
 
 fn kill9(child: &mut Child) {

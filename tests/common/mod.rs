@@ -302,8 +302,13 @@ pub fn simulate_partition(
 
 /// Starts `tidemark run` on a pipeline file.
 pub fn start_member(cfg: &std::path::Path) -> Child {
+    start_tidemark("run", cfg)
+}
+
+/// Starts `tidemark COMMAND --config CFG` (logging at `TIDEMARK_TEST_LOG`, default warn).
+pub fn start_tidemark(command: &str, cfg: &std::path::Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(["run", "--config"])
+        .args([command, "--config"])
         .arg(cfg)
         .env(
             "TIDEMARK_LOG",
