@@ -10,6 +10,7 @@
 # CI runs the same test with its short defaults (8 kills, 20,000 records) through scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tidemark/target}"
 ./scripts/install-deps.sh >/dev/null
 runs="${1:-1}"
 export TIDEMARK_CHAOS_KILLS="${TIDEMARK_CHAOS_KILLS:-24}"
