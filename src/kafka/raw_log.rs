@@ -181,6 +181,10 @@ fn fetch_partition(
 
 /// Fetches partition `partition` of `topic` from `from` to its end, handing each record (control
 /// records included) to `f` in offset order; returns the broker's aborted-transaction list.
+///
+/// The fetching and the decoding of record batches run on a helper thread one response ahead of
+/// `f` (two responses at most wait in between), so that on a long read (a restore) the broker's
+/// work, the decoding and what `f` does with the records overlap instead of taking turns.
 fn fetch_each<E: From<RawLogError>>(
     client: &mut RawClient,
     topic: &str,
@@ -189,6 +193,41 @@ fn fetch_each<E: From<RawLogError>>(
     from: i64,
     mut f: impl FnMut(Record) -> Result<(), E>,
 ) -> Result<Vec<(i64, i64)>, E> {
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Record>>(2);
+        let fetcher = std::thread::Builder::new()
+            .name("raw-log-fetch".into())
+            .spawn_scoped(scope, move || {
+                fetch_responses(client, topic, partition, isolation, from, tx)
+            })
+            .map_err(|e| RawLogError::Io {
+                addr: "raw-log fetch thread".into(),
+                source: e,
+            })?;
+        // When `f` fails, `rx` is dropped on the way out: the fetcher's next send fails, it
+        // stops, and the scope waits for it.
+        for records in rx.iter() {
+            for r in records {
+                f(r)?;
+            }
+        }
+        Ok(fetcher
+            .join()
+            .expect("the raw-log fetch thread does not panic")?)
+    })
+}
+
+/// The fetch loop of [`fetch_each`]: sends the decoded records of each response to `tx`, in
+/// offset order, until a fetch brings nothing new (or the receiver is gone); returns the broker's
+/// aborted-transaction list.
+fn fetch_responses(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+    isolation: i8,
+    from: i64,
+    tx: std::sync::mpsc::SyncSender<Vec<Record>>,
+) -> Result<Vec<(i64, i64)>, RawLogError> {
     let mut aborted_list = Vec::new();
     let mut offset = from;
     let mut last_progress = std::time::Instant::now();
@@ -217,18 +256,16 @@ fn fetch_each<E: From<RawLogError>>(
             return Err(RawLogError::Broker {
                 code: resp.error_code,
                 what: format!("fetch {topic}"),
-            }
-            .into());
+            });
         }
-        let mut got_any = false;
+        let mut records = Vec::new();
         for t in resp.responses {
             for p in t.partitions {
                 if p.error_code != 0 {
                     return Err(RawLogError::Broker {
                         code: p.error_code,
                         what: format!("fetch {topic}/{partition}@{offset}"),
-                    }
-                    .into());
+                    });
                 }
                 high_watermark = p.high_watermark;
                 for a in p.aborted_transactions.unwrap_or_default() {
@@ -241,14 +278,13 @@ fn fetch_each<E: From<RawLogError>>(
                     for r in set.records {
                         if r.offset >= offset {
                             offset = r.offset + 1;
-                            got_any = true;
-                            f(r)?;
+                            records.push(r);
                         }
                     }
                 }
             }
         }
-        if !got_any {
+        if records.is_empty() || tx.send(records).is_err() {
             return Ok(aborted_list);
         }
     }
