@@ -64,10 +64,16 @@ pub fn producer_config(k: &KafkaSpec) -> ClientConfig {
     c.set("linger.ms", "5");
     for (key, value) in base_config(k).config_map() {
         // Consumer-only properties would make librdkafka warn on the producer.
-        if !key.starts_with("session.")
-            && !key.starts_with("max.poll")
-            && !key.starts_with("group.")
-        {
+        const CONSUMER_ONLY: [&str; 7] = [
+            "session.",
+            "max.poll",
+            "group.",
+            "heartbeat.",
+            "auto.offset.reset",
+            "fetch.",
+            "isolation.level",
+        ];
+        if !CONSUMER_ONLY.iter().any(|p| key.starts_with(p)) {
             c.set(key, value);
         }
     }
@@ -106,6 +112,16 @@ mod tests {
         assert_eq!(reset_position("smallest"), Some(Offset::Beginning));
         assert_eq!(reset_position("end"), Some(Offset::End));
         assert_eq!(reset_position("error"), None);
+    }
+
+    #[test]
+    fn consumer_only_properties_stay_off_the_producer() {
+        let k = kafka("[kafka.properties]\n\"auto.offset.reset\" = \"latest\"\n\"session.timeout.ms\" = \"6000\"\n\"linger.ms\" = \"7\"\n");
+        let p = producer_config(&k);
+        assert_eq!(p.get("auto.offset.reset"), None);
+        assert_eq!(p.get("session.timeout.ms"), None);
+        assert_eq!(p.get("linger.ms"), Some("7"));
+        assert_eq!(consumer_config(&k).get("auto.offset.reset"), Some("latest"));
     }
 
     #[test]
