@@ -29,7 +29,7 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "tidemark")
+BIN = os.environ.get("TIDEMARK_BIN") or os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "tidemark")
 TANSU = os.path.join(ROOT, ".venv", "bin", "tansu")
 EVENTS = int(os.environ.get("BENCH_EVENTS", "1000000"))
 KEYS = int(os.environ.get("BENCH_KEYS", "10000"))
