@@ -355,7 +355,9 @@ pub struct KeyState {
     pub slices: BTreeMap<i64, Acc>,
     /// Cursor of sliced sliding windows.
     pub cursor: Option<Cursor>,
-    dirty_slices: BTreeSet<i64>,
+    /// Slices changed since the last flush, each once (a key changes one or two slices between
+    /// flushes, so a short list beats a tree).
+    dirty_slices: Vec<i64>,
     dirty_cursor: bool,
     listed: bool,
 }
@@ -458,6 +460,8 @@ pub struct PartitionState {
     /// The watermark as last stored, and whether it changed since.
     watermark: Option<i64>,
     watermark_dirty: bool,
+    /// Bytes and entries of the last flush's changes.
+    last_flush: (usize, usize),
 }
 
 impl std::fmt::Debug for PartitionState {
@@ -500,6 +504,7 @@ impl PartitionState {
             proc_timers: BTreeSet::new(),
             watermark: None,
             watermark_dirty: false,
+            last_flush: (0, 0),
         };
         st.load_all(rules)?;
         Ok(st)
@@ -655,7 +660,9 @@ impl PartitionState {
 
     /// Marks a slice entry dirty.
     pub fn touch_slice(ks: &mut KeyState, start: i64) {
-        ks.dirty_slices.insert(start);
+        if !ks.dirty_slices.contains(&start) {
+            ks.dirty_slices.push(start);
+        }
     }
 
     /// Marks the cursor dirty.
@@ -725,7 +732,11 @@ impl PartitionState {
 
     /// Collects every dirty entry as a change (value or tombstone) and marks everything clean.
     pub fn take_changes(&mut self) -> Changes {
-        let mut changes = Changes::default();
+        // Sized like the last flush: growing the buffers by doubling copied them over and over.
+        let mut changes = Changes {
+            buf: Vec::with_capacity(self.last_flush.0),
+            entries: Vec::with_capacity(self.last_flush.1),
+        };
         let dirty = std::mem::take(&mut self.dirty_keys);
         for key in dirty {
             let Some(ks) = self.keys.get_mut(&key) else {
@@ -762,6 +773,7 @@ impl PartitionState {
         // In key order: RocksDB's memtable inserts sorted keys far faster (it reuses its splice),
         // and the changelog is then in key order too.
         changes.sort();
+        self.last_flush = (changes.buf.len(), changes.entries.len());
         changes
     }
 

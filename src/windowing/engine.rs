@@ -202,10 +202,11 @@ pub fn dedup_id(pipeline: &str, key: &str, w: Window) -> String {
     h.update(w.start.to_be_bytes());
     h.update(w.end.to_be_bytes());
     let digest = h.finalize();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(32);
-    for b in &digest[..16] {
-        use std::fmt::Write;
-        let _ = write!(out, "{b:02x}");
+    for &b in &digest[..16] {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0xf)] as char);
     }
     out
 }
