@@ -289,6 +289,26 @@ impl WindowMap {
         &mut self.slots[i].state
     }
 
+    /// The state of window `w`, inserting `f()` when it is absent, marked changed (part of the
+    /// next flush), and whether it existed: one search where `contains_key`,
+    /// `get_or_insert_with` and a touch take three.
+    pub fn upsert_changed(
+        &mut self,
+        w: Window,
+        f: impl FnOnce() -> WinState,
+    ) -> (bool, &mut WinState) {
+        let (existed, i) = match self.find(&w) {
+            Ok(i) => (true, i),
+            Err(i) => {
+                self.insert_at(i, w, f());
+                (false, i)
+            }
+        };
+        let slot = &mut self.slots[i];
+        slot.dirty = true;
+        (existed, &mut slot.state)
+    }
+
     /// Removes window `w` (the next flush writes its tombstone); returns its state.
     pub fn remove(&mut self, w: &Window) -> Option<WinState> {
         let i = self.find(w).ok()?;

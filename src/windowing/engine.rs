@@ -396,8 +396,7 @@ impl Engine {
                 continue;
             }
             accepted = true;
-            let existed = ks.windows.contains_key(&w);
-            let st = ks.windows.get_or_insert_with(w, || WinState::new(passed));
+            let (existed, st) = ks.windows.upsert_changed(w, || WinState::new(passed));
             let old_ev = existed.then(|| rules.window_timer(&w, st));
             let old_proc = st.early_deadline;
             add(st, &ev.values, trigger.accumulation);
@@ -413,7 +412,6 @@ impl Engine {
                 old_proc,
                 st.early_deadline,
             ));
-            PartitionState::touch_window(ks, w);
         }
         self.apply_timer_changes(&ev.key, timers);
         Ok(if accepted {
