@@ -366,13 +366,89 @@ impl WindowMap {
     }
 }
 
+/// The slices of one key, sorted by slice start. New slices come at the back and expired ones
+/// leave at the front, so a sorted deque does what a B-tree map did here, with contiguous range
+/// scans and no node allocations.
+#[derive(Debug, Clone, Default)]
+pub struct SliceMap {
+    slots: VecDeque<(i64, Acc)>,
+}
+
+impl SliceMap {
+    fn find(&self, start: i64) -> Result<usize, usize> {
+        // Most events update the newest slice: check the back before searching.
+        match self.slots.back() {
+            Some((last, _)) if *last == start => Ok(self.slots.len() - 1),
+            Some((last, _)) if *last < start => Err(self.slots.len()),
+            _ => self.slots.binary_search_by(|(a, _)| a.cmp(&start)),
+        }
+    }
+
+    /// Whether there are no slices.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The slice starting at `start`.
+    pub fn get(&self, start: &i64) -> Option<&Acc> {
+        self.find(*start).ok().map(|i| &self.slots[i].1)
+    }
+
+    /// The slice starting at `start`, created empty when absent.
+    pub fn get_or_default(&mut self, start: i64) -> &mut Acc {
+        let i = match self.find(start) {
+            Ok(i) => i,
+            Err(i) => {
+                self.slots.insert(i, (start, Acc::default()));
+                i
+            }
+        };
+        &mut self.slots[i].1
+    }
+
+    /// Removes the slice starting at `start`.
+    pub fn remove(&mut self, start: &i64) -> Option<Acc> {
+        let i = self.find(*start).ok()?;
+        self.slots.remove(i).map(|(_, acc)| acc)
+    }
+
+    /// The earliest slice.
+    pub fn first_key_value(&self) -> Option<(&i64, &Acc)> {
+        self.slots.front().map(|(a, acc)| (a, acc))
+    }
+
+    /// Slice starts in order.
+    pub fn keys(&self) -> impl Iterator<Item = &i64> + '_ {
+        self.slots.iter().map(|(a, _)| a)
+    }
+
+    /// The slices whose start lies in `range`, in order.
+    pub fn range(
+        &self,
+        range: impl std::ops::RangeBounds<i64>,
+    ) -> impl Iterator<Item = (&i64, &Acc)> + '_ {
+        use std::ops::Bound;
+        let lo = match range.start_bound() {
+            Bound::Included(&a) => self.slots.partition_point(|(s, _)| *s < a),
+            Bound::Excluded(&a) => self.slots.partition_point(|(s, _)| *s <= a),
+            Bound::Unbounded => 0,
+        };
+        let hi = match range.end_bound() {
+            Bound::Included(&b) => self.slots.partition_point(|(s, _)| *s <= b),
+            Bound::Excluded(&b) => self.slots.partition_point(|(s, _)| *s < b),
+            Bound::Unbounded => self.slots.len(),
+        };
+        self.slots.range(lo..hi.max(lo)).map(|(a, acc)| (a, acc))
+    }
+}
+
 /// All state of one grouping key in one partition.
 #[derive(Debug, Clone, Default)]
 pub struct KeyState {
     /// Per-window state (tumbling, per-window sliding, sessions).
     pub windows: WindowMap,
     /// Slices of sliced sliding windows, by slice start.
-    pub slices: BTreeMap<i64, Acc>,
+    pub slices: SliceMap,
     /// Cursor of sliced sliding windows.
     pub cursor: Option<Cursor>,
     /// Slices changed since the last flush, each once (a key changes one or two slices between
@@ -871,7 +947,7 @@ fn apply_entry(ks: &mut KeyState, decoded: StateKey, value: &[u8]) -> Option<()>
             if !rest.is_empty() {
                 return None;
             }
-            ks.slices.insert(start, acc);
+            *ks.slices.get_or_default(start) = acc;
         }
         StateKey::Cursor { .. } => ks.cursor = Some(Cursor::decode(value)?),
         StateKey::Watermark => {}
@@ -936,6 +1012,42 @@ mod tests {
             m.before(w(10)).map(|(w, _)| w.start).collect::<Vec<_>>(),
             [0]
         );
+    }
+
+    #[test]
+    fn slice_map_keeps_slices_in_order_and_ranges_like_a_b_tree() {
+        let mut m = SliceMap::default();
+        let mut b = BTreeMap::new();
+        // In order, out of order, repeated, and removed from the front.
+        for (i, a) in [10i64, 20, 30, 15, 20, 5, 40].into_iter().enumerate() {
+            m.get_or_default(a).add(&[i as f64]);
+            b.entry(a).or_insert_with(Acc::default).add(&[i as f64]);
+        }
+        assert_eq!(m.remove(&5), b.remove(&5));
+        assert_eq!(m.remove(&7), None);
+        let pairs = |it: Vec<(&i64, &Acc)>| {
+            it.into_iter()
+                .map(|(a, acc)| (*a, acc.clone()))
+                .collect::<Vec<_>>()
+        };
+        for (lo, hi) in [(0, 100), (10, 30), (11, 31), (15, 15), (40, 41), (50, 60)] {
+            assert_eq!(
+                pairs(m.range(lo..hi).collect()),
+                pairs(b.range(lo..hi).collect()),
+                "{lo}..{hi}"
+            );
+            assert_eq!(
+                pairs(m.range(lo..).collect()),
+                pairs(b.range(lo..).collect()),
+                "{lo}.."
+            );
+        }
+        assert_eq!(m.first_key_value().map(|(a, _)| *a), Some(10));
+        assert_eq!(
+            m.keys().copied().collect::<Vec<_>>(),
+            b.keys().copied().collect::<Vec<_>>()
+        );
+        assert_eq!(m.get(&20).map(|a| a.count), Some(2));
     }
 
     #[test]

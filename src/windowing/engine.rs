@@ -17,7 +17,7 @@
 use super::aggregate::{needs_min_max, Acc, AggSpec};
 use super::assigner::{SliceGrid, Window, WindowKind};
 use super::cache::{
-    Changes, Cursor, KeyState, PartitionState, Running, TimerKind, TimerRules, WinState,
+    Changes, Cursor, KeyState, PartitionState, Running, SliceMap, TimerKind, TimerRules, WinState,
 };
 use super::spec::{EngineSpec, Event};
 use super::trigger::{Accumulation, LateFiring, Timing, TriggerSpec};
@@ -553,7 +553,7 @@ impl Engine {
         {
             return Ok(self.late());
         }
-        ks.slices.entry(a).or_default().add(&ev.values);
+        ks.slices.get_or_default(a).add(&ev.values);
         PartitionState::touch_slice(ks, a);
         let created = ks.cursor.is_none();
         let cursor = ks.cursor.get_or_insert_with(Cursor::default);
@@ -755,7 +755,7 @@ impl Engine {
 /// invertible and the windows overlap, otherwise combines the window's slices.
 fn window_acc(
     running: &mut Option<Running>,
-    slices: &std::collections::BTreeMap<i64, Acc>,
+    slices: &SliceMap,
     g: SliceGrid,
     e: i64,
     invertible: bool,
@@ -792,7 +792,7 @@ fn window_acc(
 }
 
 /// The aggregate of a key's slices in `[start, end)`.
-fn window_total(slices: &std::collections::BTreeMap<i64, Acc>, start: i64, end: i64) -> Acc {
+fn window_total(slices: &SliceMap, start: i64, end: i64) -> Acc {
     let mut total = Acc::default();
     for (_, s) in slices.range(start..end) {
         total.merge(s);
@@ -801,11 +801,7 @@ fn window_total(slices: &std::collections::BTreeMap<i64, Acc>, start: i64, end: 
 }
 
 /// The end of the first window after the one ending at `e` that holds at least one slice.
-fn next_end_with_data(
-    slices: &std::collections::BTreeMap<i64, Acc>,
-    g: SliceGrid,
-    e: i64,
-) -> Option<i64> {
+fn next_end_with_data(slices: &SliceMap, g: SliceGrid, e: i64) -> Option<i64> {
     let from = e + g.slide - g.size;
     let (&a0, _) = slices.range(from..).next()?;
     Some((e + g.slide).max(g.first_end(a0)))
