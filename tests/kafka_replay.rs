@@ -246,7 +246,7 @@ fn replay_to_earliest_recomputes_everything_in_a_new_epoch_exactly_once() {
 }
 
 #[test]
-fn replay_by_time_and_by_offsets_reprocess_exactly_the_records_after_the_target() {
+fn replay_by_time_by_duration_and_by_offsets_reprocess_exactly_the_records_after_the_target() {
     let broker = Broker::start();
     broker.create_topic("events", PARTITIONS);
     let s = Scenario::generate(PARTITIONS, 3_000, 5);
@@ -293,6 +293,18 @@ fn replay_by_time_and_by_offsets_reprocess_exactly_the_records_after_the_target(
     assert_eq!(panes_of_epoch(&broker.addr, 1), expected_b);
     assert_eq!(dead_of_epoch(&broker.addr, 1), dead_b);
 
+    // By duration: the same moment, given as "now minus D" (D measured just before the call; the
+    // few milliseconds until replay reads its clock are far inside the 1.5 s on either side).
+    let d = (chrono::Utc::now() - at).num_milliseconds();
+    let o = replay(&cfg, &["--by-duration", &format!("{d}ms")]);
+    assert!(o.status.success(), "{}", text(&o));
+    for (p, (committed, lineage)) in position(&broker.addr) {
+        assert_eq!(committed, Some(in_a(p)), "partition {p}: {}", text(&o));
+        assert_eq!(lineage.epoch, 2);
+    }
+    run_until(&broker.addr, &cfg, 2, expected_b.len());
+    assert_eq!(panes_of_epoch(&broker.addr, 2), expected_b);
+
     // By offsets: partition 0 from its 100th record; the others stay where they are.
     let before = position(&broker.addr);
     let o = replay(&cfg, &["--to-offsets", "0:100"]);
@@ -302,7 +314,7 @@ fn replay_by_time_and_by_offsets_reprocess_exactly_the_records_after_the_target(
     for p in 1..PARTITIONS {
         assert_eq!(after[&p].0, before[&p].0, "partition {p} moved");
     }
-    assert!(after.values().all(|(_, l)| l.epoch == 2));
+    assert!(after.values().all(|(_, l)| l.epoch == 3));
     let p0: Vec<(i32, String, String)> = s
         .records
         .iter()
@@ -311,11 +323,11 @@ fn replay_by_time_and_by_offsets_reprocess_exactly_the_records_after_the_target(
         .cloned()
         .collect();
     let (expected_p0, _) = simulate_expected(&text_cfg, &p0, s.cutoff);
-    run_until(&broker.addr, &cfg, 2, expected_p0.len());
+    run_until(&broker.addr, &cfg, 3, expected_p0.len());
     assert_eq!(
-        panes_of_epoch(&broker.addr, 2),
+        panes_of_epoch(&broker.addr, 3),
         expected_p0,
-        "epoch 2 is partition 0 from offset 100, and nothing else"
+        "epoch 3 is partition 0 from offset 100, and nothing else"
     );
 }
 
