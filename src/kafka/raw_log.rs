@@ -635,28 +635,29 @@ impl TopicReader {
     /// Reads every partition from `from(partition)` to its end and resolves its transactions.
     pub fn read(
         &mut self,
-        mut from: impl FnMut(i32) -> i64,
+        from: impl FnMut(i32) -> i64,
     ) -> Result<BTreeMap<i32, PartitionLog>, RawLogError> {
-        let mut out = BTreeMap::new();
-        for (p, addr) in self.leaders()? {
-            let client = self.conns.get(&addr)?;
-            out.insert(p, resolve(client, &self.topic, p, from(p))?);
-        }
-        Ok(out)
+        self.read_where(|_| true, from)
     }
-}
 
-impl TopicReader {
     /// Reads the partitions `parts` from `from(partition)` to their ends and resolves their
     /// transactions (a partition the topic does not have is left out).
     pub fn read_partitions(
         &mut self,
         parts: &[i32],
+        from: impl FnMut(i32) -> i64,
+    ) -> Result<BTreeMap<i32, PartitionLog>, RawLogError> {
+        self.read_where(|p| parts.contains(&p), from)
+    }
+
+    fn read_where(
+        &mut self,
+        wanted: impl Fn(i32) -> bool,
         mut from: impl FnMut(i32) -> i64,
     ) -> Result<BTreeMap<i32, PartitionLog>, RawLogError> {
         let mut out = BTreeMap::new();
         for (p, addr) in self.leaders()? {
-            if parts.contains(&p) {
+            if wanted(p) {
                 let client = self.conns.get(&addr)?;
                 out.insert(p, resolve(client, &self.topic, p, from(p))?);
             }
