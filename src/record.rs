@@ -21,6 +21,22 @@ pub struct InputSpec {
     pub fields: Vec<Vec<String>>,
 }
 
+impl InputSpec {
+    /// Number of configured paths: key, timestamp and each field.
+    fn slots(&self) -> usize {
+        2 + self.fields.len()
+    }
+
+    /// The path of a slot: 0 = key, 1 = timestamp, 2.. = the numeric fields in order.
+    fn path(&self, slot: usize) -> &[String] {
+        match slot {
+            0 => &self.key,
+            1 => &self.timestamp,
+            i => &self.fields[i - 2],
+        }
+    }
+}
+
 /// Why a record could not be decoded.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DecodeError {
@@ -139,8 +155,7 @@ impl JsonDecoder {
         if !value.is_object() {
             return Err(not_an_object(type_name(value)));
         }
-        let paths = self.picker.paths.as_slice();
-        self.decode_inner(|slot| lookup(value, &paths[slot]), None)
+        self.decode_inner(|slot| lookup(value, self.spec.path(slot)), None)
     }
 
     /// Decodes the event from its configured paths; `get(slot)` is the non-null value at path
@@ -259,7 +274,8 @@ impl PathNode {
 /// nothing of it is allocated. Slot 0 is the key path, 1 the timestamp path, 2.. the fields.
 #[derive(Debug, Clone)]
 struct Picker {
-    paths: Vec<Vec<String>>,
+    /// Number of slots (paths).
+    slots: usize,
     root: PathNode,
 }
 
@@ -275,19 +291,18 @@ impl Picked {
 
 impl Picker {
     fn new(spec: &InputSpec) -> Picker {
-        let mut paths = vec![spec.key.clone(), spec.timestamp.clone()];
-        paths.extend(spec.fields.iter().cloned());
+        let slots = spec.slots();
         let mut root = PathNode::default();
-        for (slot, path) in paths.iter().enumerate() {
-            root.insert(path, slot);
+        for slot in 0..slots {
+            root.insert(spec.path(slot), slot);
         }
-        Picker { paths, root }
+        Picker { slots, root }
     }
 
     fn pick(&self, bytes: &[u8]) -> Result<Picked, DecodeError> {
         use serde::de::DeserializeSeed;
         let not_json = |e: serde_json::Error| DecodeError::NotJson(e.to_string());
-        let mut out = vec![None; self.paths.len()];
+        let mut out = vec![None; self.slots];
         let mut de = serde_json::Deserializer::from_slice(bytes);
         let not_object = RootSeed {
             root: &self.root,
@@ -676,7 +691,7 @@ mod tests {
                     (Err(DecodeError::NotJson(a)), Err(DecodeError::NotJson(b))) => prop_assert_eq!(a, b),
                     (a, _) => {
                         let v: Result<Value, _> = serde_json::from_slice(&bytes);
-                        if let Ok(v) = v { prop_assert_eq!(a.is_ok(), d.decode_inner(|s| lookup(&v, &d.picker.paths[s]), Some("k".into())).is_ok()); }
+                        if let Ok(v) = v { prop_assert_eq!(a.is_ok(), d.decode_inner(|s| lookup(&v, d.spec.path(s)), Some("k".into())).is_ok()); }
                     }
                 }
             }
