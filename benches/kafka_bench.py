@@ -49,6 +49,25 @@ def free_port():
     return port
 
 
+def start_broker():
+    """Starts a Tansu broker (memory storage) on a free loopback port; returns the process and its
+    address once the port accepts connections."""
+    port = free_port()
+    broker = f"127.0.0.1:{port}"
+    url = f"tcp://{broker}"
+    tansu = subprocess.Popen(
+        [TANSU, "broker", "--listener-url", url, "--advertised-listener-url", url,
+         "--storage-engine", "memory://tansu/"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return tansu, broker
+
+
 def cpu_seconds(pid):
     """utime + stime of a process and its waited-for children, in seconds."""
     with open(f"/proc/{pid}/stat") as f:
@@ -206,21 +225,9 @@ def main():
         if not os.path.exists(path):
             sys.exit(f"{path} is missing: run scripts/bench-kafka.sh")
     workdir = tempfile.mkdtemp(prefix="tidemark-bench-")
-    port = free_port()
-    broker = f"127.0.0.1:{port}"
-    url = f"tcp://{broker}"
-    tansu = subprocess.Popen(
-        [TANSU, "broker", "--listener-url", url, "--advertised-listener-url", url,
-         "--storage-engine", "memory://tansu/"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tansu, broker = start_broker()
     members = []
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
         print(f"broker {broker}; loading {EVENTS} events, {KEYS} keys, {PARTITIONS} partitions", flush=True)
         t0 = time.time()
         subprocess.run([BIN, "produce", "--bootstrap-servers", broker, "--topic", "bench-in",

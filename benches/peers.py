@@ -27,23 +27,19 @@ README. Environment: BENCH_EVENTS (1,000,000), BENCH_KEYS (10,000), BENCH_PARTIT
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+# The broker, the binary, the workload's size and the process figures as in the Kafka benchmark.
+from kafka_bench import (BIN, EVENTS, KEYS, PARTITIONS, ROOT, TANSU, cpu_seconds, peak_rss_mb,
+                         start_broker, stop)
+
 QUIX_VERSION = "3.28.1"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.join(os.path.expanduser("~"), ".cache", "tidemark", "peers-venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
-BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "tidemark")
-TANSU = os.path.join(ROOT, ".venv", "bin", "tansu")
-EVENTS = int(os.environ.get("BENCH_EVENTS", "1000000"))
-KEYS = int(os.environ.get("BENCH_KEYS", "10000"))
-PARTITIONS = int(os.environ.get("BENCH_PARTITIONS", "3"))
 SENTINEL = "__end_of_input__"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def ensure_venv():
@@ -59,27 +55,10 @@ def ensure_venv():
     os.execv(VENV_PY, [VENV_PY] + sys.argv)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
-def cpu_seconds(pid):
-    """utime + stime of a process (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def peak_rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def committed_total(consumer, topic):
@@ -129,13 +108,6 @@ def measure(proc, broker, group, target, label):
     }
 
 
-def stop(proc):
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def tidemark_config(broker, state):
@@ -215,22 +187,10 @@ def main():
         if not os.path.exists(path):
             sys.exit(f"{path} is missing: run scripts/bench-peers.sh")
     workdir = tempfile.mkdtemp(prefix="tidemark-peers-")
-    port = free_port()
-    broker = f"127.0.0.1:{port}"
-    url = f"tcp://{broker}"
-    tansu = subprocess.Popen(
-        [TANSU, "broker", "--listener-url", url, "--advertised-listener-url", url,
-         "--storage-engine", "memory://tansu/"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tansu, broker = start_broker()
     procs = []
     target = EVENTS + PARTITIONS
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
         print(f"broker {broker}; loading {EVENTS} events, {KEYS} keys, {PARTITIONS} partitions", flush=True)
         load(broker)
         results = []
