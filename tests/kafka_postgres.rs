@@ -160,11 +160,7 @@ fn the_table_equals_simulate_after_a_clean_run_and_after_a_replay() {
     assert!(stop_member(member).success());
 
     // A replay: epoch 1 replaces every row, although its pane indexes start at 0 again.
-    let out = Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(["replay", "--to-earliest", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
+    let out = run_tidemark("replay", &cfg, &["--to-earliest"]);
     assert!(
         out.status.success(),
         "{}",
@@ -237,11 +233,7 @@ fn a_table_with_other_columns_is_refused_naming_the_difference() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &broker.addr, &pg);
-    let out = Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(["sink-postgres", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
+    let out = run_tidemark("sink-postgres", &cfg, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     for said in [

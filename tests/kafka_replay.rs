@@ -18,14 +18,7 @@ use tidemark::state::store::Lineage;
 const PARTITIONS: i32 = 3;
 
 fn replay(cfg: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .arg("replay")
-        .arg("--config")
-        .arg(cfg)
-        .args(args)
-        .env("TIDEMARK_LOG", "warn")
-        .output()
-        .unwrap()
+    run_tidemark("replay", cfg, args)
 }
 
 fn text(o: &Output) -> String {

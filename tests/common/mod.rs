@@ -305,17 +305,24 @@ pub fn start_member(cfg: &std::path::Path) -> Child {
     start_tidemark("run", cfg)
 }
 
-/// Starts `tidemark COMMAND --config CFG` (logging at `TIDEMARK_TEST_LOG`, default warn).
+/// `tidemark COMMAND --config CFG ARGS...`, logging at `TIDEMARK_TEST_LOG` (default warn).
+fn tidemark_command(command: &str, cfg: &std::path::Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
+    c.args([command, "--config"]).arg(cfg).args(args).env(
+        "TIDEMARK_LOG",
+        std::env::var("TIDEMARK_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+    );
+    c
+}
+
+/// Starts `tidemark COMMAND --config CFG`.
 pub fn start_tidemark(command: &str, cfg: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args([command, "--config"])
-        .arg(cfg)
-        .env(
-            "TIDEMARK_LOG",
-            std::env::var("TIDEMARK_TEST_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .spawn()
-        .unwrap()
+    tidemark_command(command, cfg, &[]).spawn().unwrap()
+}
+
+/// Runs `tidemark COMMAND --config CFG ARGS...` to its end.
+pub fn run_tidemark(command: &str, cfg: &std::path::Path, args: &[&str]) -> std::process::Output {
+    tidemark_command(command, cfg, args).output().unwrap()
 }
 
 /// Sends SIGTERM and waits (at most 30 s) for the exit status.
