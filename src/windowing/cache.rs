@@ -143,9 +143,14 @@ pub struct Running {
 }
 
 /// Per-key bookkeeping of sliced sliding windows.
+///
+/// Only `late_panes` is stored. `next_fire` is derived when a key is loaded: every window that ended
+/// at or before the watermark of the last flush had fired by then, so the next window to fire is the
+/// first one with data that ends after it (see [`TimerRules::restore_key`]). Not storing it saves a
+/// write per key per flush, since it moves every time a window fires.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Cursor {
-    /// End of the next window with data whose ON_TIME pane is pending.
+    /// End of the next window with data whose ON_TIME pane is pending (memory only).
     pub next_fire: Option<i64>,
     /// Next pane index of windows that emitted LATE panes, by window end.
     pub late_panes: BTreeMap<i64, u32>,
@@ -156,15 +161,9 @@ pub struct Cursor {
 }
 
 impl Cursor {
+    /// Version 2: the late pane indexes only.
     fn encode_into(&self, out: &mut Vec<u8>) {
-        out.push(1);
-        match self.next_fire {
-            Some(t) => {
-                out.push(1);
-                out.extend_from_slice(&t.to_le_bytes());
-            }
-            None => out.push(0),
-        }
+        out.push(2);
         out.extend_from_slice(&(self.late_panes.len() as u32).to_le_bytes());
         for (end, idx) in &self.late_panes {
             out.extend_from_slice(&end.to_le_bytes());
@@ -172,18 +171,17 @@ impl Cursor {
         }
     }
 
+    /// Decodes versions 1 (which also stored `next_fire`, now derived instead) and 2.
     fn decode(bytes: &[u8]) -> Option<Cursor> {
-        let (&1, rest) = bytes.split_first()? else {
-            return None;
-        };
-        let (&has, mut rest) = rest.split_first()?;
-        let next_fire = if has == 1 {
-            let t = i64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
-            rest = &rest[8..];
-            Some(t)
-        } else {
-            None
-        };
+        let (&version, mut rest) = bytes.split_first()?;
+        match version {
+            1 => {
+                let (&has, r) = rest.split_first()?;
+                rest = if has == 1 { r.get(8..)? } else { r };
+            }
+            2 => {}
+            _ => return None,
+        }
         let n = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
         rest = &rest[4..];
         let mut late_panes = BTreeMap::new();
@@ -194,7 +192,7 @@ impl Cursor {
             rest = &rest[12..];
         }
         rest.is_empty().then_some(Cursor {
-            next_fire,
+            next_fire: None,
             late_panes,
             running: None,
             scheduled: None,
@@ -553,9 +551,12 @@ pub struct PartitionState {
     max_keys: usize,
     event_timers: BTreeSet<Timer>,
     proc_timers: BTreeSet<(i64, CompactString, Window)>,
-    /// The watermark as last stored, and whether it changed since.
+    /// The watermark as last noted, and whether it changed since the last flush.
     watermark: Option<i64>,
     watermark_dirty: bool,
+    /// The watermark of the last flush: every timer due at or before it had run when the state it
+    /// wrote was taken, which is what a key loaded from the store is rebuilt from.
+    flushed_watermark: Option<i64>,
     /// Bytes and entries of the last flush's changes.
     last_flush: (usize, usize),
 }
@@ -575,6 +576,9 @@ pub trait TimerRules {
     fn window_timer(&self, window: &Window, st: &WinState) -> (i64, TimerKind);
     /// The service time of a sliced key, if it needs one.
     fn key_service_time(&self, ks: &KeyState) -> Option<i64>;
+    /// Rebuilds the memory-only parts of a key loaded from the store, given the watermark of the
+    /// flush that wrote it (`None` before any).
+    fn restore_key(&self, ks: &mut KeyState, flushed_watermark: Option<i64>);
 }
 
 impl PartitionState {
@@ -600,6 +604,7 @@ impl PartitionState {
             proc_timers: BTreeSet::new(),
             watermark: None,
             watermark_dirty: false,
+            flushed_watermark: None,
             last_flush: (0, 0),
         };
         st.load_all(rules)?;
@@ -649,6 +654,10 @@ impl PartitionState {
                 cf: self.cf.clone(),
                 detail: "undecodable value".into(),
             })?;
+        }
+        self.flushed_watermark = self.watermark;
+        for ks in self.keys.values_mut().chain(partial.values_mut()) {
+            rules.restore_key(ks, self.watermark);
         }
         let mut event_timers = BTreeSet::new();
         let mut proc_timers = BTreeSet::new();
@@ -741,6 +750,7 @@ impl PartitionState {
                     .ok_or_else(|| self.corrupt("undecodable value"))?;
             }
         }
+        rules.restore_key(&mut ks, self.flushed_watermark);
         // A loaded cursor's timer is already in the index, computed from this same stored state.
         let t = rules.key_service_time(&ks);
         if let Some(c) = ks.cursor.as_mut() {
@@ -761,7 +771,7 @@ impl PartitionState {
         }
     }
 
-    /// Marks the cursor dirty.
+    /// Marks the cursor's stored part (its late pane indexes) changed.
     pub fn touch_cursor(ks: &mut KeyState) {
         ks.dirty_cursor = true;
     }
@@ -851,6 +861,7 @@ impl PartitionState {
                     |out| keys::put_cursor_key(out, &key),
                     ks.cursor
                         .as_ref()
+                        .filter(|c| !c.late_panes.is_empty())
                         .map(|c| |out: &mut Vec<u8>| c.encode_into(out)),
                 );
             }
@@ -858,6 +869,7 @@ impl PartitionState {
                 self.keys.remove(&key);
             }
         }
+        self.flushed_watermark = self.watermark;
         if std::mem::take(&mut self.watermark_dirty) {
             if let Some(wm) = self.watermark {
                 changes.push(
@@ -1071,12 +1083,16 @@ mod tests {
 
     #[test]
     fn cursor_round_trips() {
-        let mut c = Cursor {
-            next_fire: Some(42),
-            ..Default::default()
-        };
+        let mut c = Cursor::default();
         c.late_panes.insert(10, 2);
         c.late_panes.insert(-10, 0);
-        assert_eq!(Cursor::decode(&enc(|o| c.encode_into(o))), Some(c));
+        assert_eq!(Cursor::decode(&enc(|o| c.encode_into(o))), Some(c.clone()));
+        // Version 1 also held next_fire, which is now derived on load: it is skipped.
+        let mut v1 = vec![1, 1];
+        v1.extend_from_slice(&42i64.to_le_bytes());
+        v1.extend_from_slice(&enc(|o| c.encode_into(o))[1..]);
+        assert_eq!(Cursor::decode(&v1), Some(c.clone()));
+        assert_eq!(Cursor::decode(&[1, 0, 0, 0, 0, 0]), Some(Cursor::default()));
+        assert_eq!(Cursor::decode(&[3, 0, 0, 0, 0]), None);
     }
 }

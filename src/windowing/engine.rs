@@ -142,6 +142,35 @@ impl TimerRules for Rules {
             (a, b) => a.or(b),
         }
     }
+
+    fn restore_key(&self, ks: &mut KeyState, flushed_watermark: Option<i64>) {
+        let Layout::Sliced(g) = self.layout else {
+            return;
+        };
+        if ks.slices.is_empty() {
+            ks.cursor = None;
+            return;
+        }
+        let cursor = ks.cursor.get_or_insert_with(Cursor::default);
+        cursor.next_fire = first_end_with_data_after(&ks.slices, g, flushed_watermark);
+    }
+}
+
+/// The end of the first sliced window with data that ends after `wm` (`None`: before any
+/// watermark). Every window ending at or before the watermark has fired, so this is a key's next
+/// ON_TIME firing.
+fn first_end_with_data_after(slices: &SliceMap, g: SliceGrid, wm: Option<i64>) -> Option<i64> {
+    match wm {
+        // Far from any real time (before the first watermark, or after `finish`).
+        None => slices.first_key_value().map(|(&a, _)| g.first_end(a)),
+        Some(wm) if wm < i64::MIN / 2 => slices.first_key_value().map(|(&a, _)| g.first_end(a)),
+        Some(wm) if wm > i64::MAX / 2 => None,
+        Some(wm) => {
+            let e = g.end_after(wm);
+            let (&a, _) = slices.range(e - g.size..).next()?;
+            Some(e.max(g.first_end(a)))
+        }
+    }
 }
 
 /// Builds panes and counts them.
@@ -555,9 +584,7 @@ impl Engine {
         }
         ks.slices.get_or_default(a).add(&ev.values);
         PartitionState::touch_slice(ks, a);
-        let created = ks.cursor.is_none();
         let cursor = ks.cursor.get_or_insert_with(Cursor::default);
-        let next_before = cursor.next_fire;
         let mut late_fired = false;
         if let Some(r) = cursor.running.as_mut() {
             if r.lo <= a && a < r.end {
@@ -594,14 +621,8 @@ impl Engine {
             cursor.late_panes.insert(e, index + 1);
             late_fired = true;
         }
-        // The cursor entry is rewritten only when its persisted fields change.
-        if created
-            || late_fired
-            || ks
-                .cursor
-                .as_ref()
-                .is_some_and(|c| c.next_fire != next_before)
-        {
+        // The cursor entry is rewritten only when its stored part (the late pane indexes) changes.
+        if late_fired {
             PartitionState::touch_cursor(ks);
         }
         let service = rules.key_service_time(ks);
@@ -704,8 +725,8 @@ impl Engine {
         let l = rules.lateness;
         let invertible = self.invertible;
         let ks = self.state.key_mut(key, &rules)?;
-        PartitionState::touch_cursor(ks);
         let mut expired_slices = Vec::new();
+        let late_panes_changed;
         {
             let KeyState { slices, cursor, .. } = &mut *ks;
             let Some(cursor) = cursor.as_mut() else {
@@ -731,13 +752,21 @@ impl Engine {
                     }
                 }
             }
+            let before = cursor.late_panes.len();
             cursor.late_panes.retain(|&e, _| e.saturating_add(l) > t);
+            late_panes_changed = cursor.late_panes.len() != before;
         }
         for a in expired_slices {
             PartitionState::touch_slice(ks, a);
         }
+        if late_panes_changed {
+            PartitionState::touch_cursor(ks);
+        }
         let service = if ks.slices.is_empty() {
+            // A tombstone, once per key when its last slice expires (cheap, and it also clears a
+            // cursor stored by an older version, which always stored one).
             ks.cursor = None;
+            PartitionState::touch_cursor(ks);
             None
         } else {
             let s = rules.key_service_time(ks);
