@@ -440,6 +440,43 @@ impl SliceMap {
     }
 }
 
+/// The slices of a key changed since the last flush, each once. A key changes one or two slices
+/// between flushes, so two live inline and only more than that allocate: a list that allocated
+/// for every key at every flush cost a malloc and a free per key, and one that kept its allocation
+/// cost 16 MB of peak RSS in the sliding benchmark.
+#[derive(Debug, Clone, Default)]
+struct DirtySlices {
+    inline: [i64; 2],
+    len: u8,
+    more: Vec<i64>,
+}
+
+impl DirtySlices {
+    fn insert(&mut self, start: i64) {
+        let n = usize::from(self.len);
+        if self.inline[..n].contains(&start) || self.more.contains(&start) {
+            return;
+        }
+        if n < self.inline.len() {
+            self.inline[n] = start;
+            self.len += 1;
+        } else {
+            self.more.push(start);
+        }
+    }
+
+    /// Calls `f` with each slice start and empties the list.
+    fn take_each(&mut self, mut f: impl FnMut(i64)) {
+        for &s in &self.inline[..usize::from(self.len)] {
+            f(s);
+        }
+        self.len = 0;
+        for s in std::mem::take(&mut self.more) {
+            f(s);
+        }
+    }
+}
+
 /// All state of one grouping key in one partition.
 #[derive(Debug, Clone, Default)]
 pub struct KeyState {
@@ -449,9 +486,8 @@ pub struct KeyState {
     pub slices: SliceMap,
     /// Cursor of sliced sliding windows.
     pub cursor: Option<Cursor>,
-    /// Slices changed since the last flush, each once (a key changes one or two slices between
-    /// flushes, so a short list beats a tree).
-    dirty_slices: Vec<i64>,
+    /// Slices changed since the last flush, each once.
+    dirty_slices: DirtySlices,
     dirty_cursor: bool,
     listed: bool,
 }
@@ -766,9 +802,7 @@ impl PartitionState {
 
     /// Marks a slice entry dirty.
     pub fn touch_slice(ks: &mut KeyState, start: i64) {
-        if !ks.dirty_slices.contains(&start) {
-            ks.dirty_slices.push(start);
-        }
+        ks.dirty_slices.insert(start);
     }
 
     /// Marks the cursor's stored part (its late pane indexes) changed.
@@ -843,32 +877,29 @@ impl PartitionState {
             buf: Vec::with_capacity(self.last_flush.0),
             entries: Vec::with_capacity(self.last_flush.1),
         };
-        let dirty = std::mem::take(&mut self.dirty_keys);
-        for key in dirty {
-            let Some(ks) = self.keys.get_mut(&key) else {
-                continue;
-            };
-            ks.listed = false;
-            ks.windows.take_changes(&key, &mut changes);
-            for s in std::mem::take(&mut ks.dirty_slices) {
-                changes.push(
-                    |out| keys::put_slice_key(out, &key, s),
-                    ks.slices.get(&s).map(|a| |out: &mut Vec<u8>| a.encode(out)),
-                );
-            }
-            if std::mem::take(&mut ks.dirty_cursor) {
-                changes.push(
-                    |out| keys::put_cursor_key(out, &key),
-                    ks.cursor
-                        .as_ref()
-                        .filter(|c| !c.late_panes.is_empty())
-                        .map(|c| |out: &mut Vec<u8>| c.encode_into(out)),
-                );
-            }
-            if ks.is_empty() {
-                self.keys.remove(&key);
+        let mut dirty = std::mem::take(&mut self.dirty_keys);
+        if dirty.len() * 2 >= self.keys.len() {
+            // Most keys changed: one pass over the table in memory order is cheaper than a
+            // lookup (a cache miss) per changed key.
+            self.keys.retain(|key, ks| {
+                if ks.listed {
+                    key_changes(key, ks, &mut changes);
+                }
+                !ks.is_empty()
+            });
+        } else {
+            for key in &dirty {
+                let Some(ks) = self.keys.get_mut(key) else {
+                    continue;
+                };
+                key_changes(key, ks, &mut changes);
+                if ks.is_empty() {
+                    self.keys.remove(key);
+                }
             }
         }
+        dirty.clear();
+        self.dirty_keys = dirty;
         self.flushed_watermark = self.watermark;
         if std::mem::take(&mut self.watermark_dirty) {
             if let Some(wm) = self.watermark {
@@ -913,6 +944,32 @@ impl PartitionState {
             self.complete = false;
         }
         Ok(())
+    }
+}
+
+/// Adds a changed key's dirty entries to `changes` and marks the key clean.
+fn key_changes(key: &str, ks: &mut KeyState, changes: &mut Changes) {
+    ks.listed = false;
+    ks.windows.take_changes(key, changes);
+    let KeyState {
+        slices,
+        dirty_slices,
+        ..
+    } = ks;
+    dirty_slices.take_each(|s| {
+        changes.push(
+            |out| keys::put_slice_key(out, key, s),
+            slices.get(&s).map(|a| |out: &mut Vec<u8>| a.encode(out)),
+        );
+    });
+    if std::mem::take(&mut ks.dirty_cursor) {
+        changes.push(
+            |out| keys::put_cursor_key(out, key),
+            ks.cursor
+                .as_ref()
+                .filter(|c| !c.late_panes.is_empty())
+                .map(|c| |out: &mut Vec<u8>| c.encode_into(out)),
+        );
     }
 }
 
@@ -1060,6 +1117,23 @@ mod tests {
             b.keys().copied().collect::<Vec<_>>()
         );
         assert_eq!(m.get(&20).map(|a| a.count), Some(2));
+    }
+
+    #[test]
+    fn dirty_slices_lists_each_start_once() {
+        let mut d = DirtySlices::default();
+        for s in [5, 5, 7, 9, 7, 11, 9, 5] {
+            d.insert(s);
+        }
+        let mut got = Vec::new();
+        d.take_each(|s| got.push(s));
+        assert_eq!(got, [5, 7, 9, 11]);
+        let mut again = Vec::new();
+        d.take_each(|s| again.push(s));
+        assert!(again.is_empty(), "empty after a take");
+        d.insert(1);
+        d.take_each(|s| again.push(s));
+        assert_eq!(again, [1]);
     }
 
     #[test]
