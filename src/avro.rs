@@ -489,7 +489,7 @@ impl AvroEncoder {
             })
             .collect();
         let value = Value::Record(vec![
-            ("key".into(), Value::String(p.key.clone())),
+            ("key".into(), Value::String(p.key.to_string())),
             (
                 "window_start".into(),
                 Value::TimestampMillis(p.window.start),
@@ -500,7 +500,7 @@ impl AvroEncoder {
                 Value::Enum(timing, p.timing.as_str().to_string()),
             ),
             ("pane_index".into(), Value::Int(p.pane_index as i32)),
-            ("dedup_id".into(), Value::String(p.dedup_id.clone())),
+            ("dedup_id".into(), Value::String(p.dedup_id.to_string())),
             ("epoch".into(), Value::Long(epoch as i64)),
             ("count".into(), Value::Long(p.count as i64)),
             ("aggregates".into(), Value::Map(aggregates)),

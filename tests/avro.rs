@@ -20,7 +20,7 @@ use tidemark::record::DecodeError;
 use tidemark::sink::kafka::DeadLetterInfo;
 use tidemark::source::decode::Decoder;
 use tidemark::windowing::assigner::Window;
-use tidemark::windowing::engine::Pane;
+use tidemark::windowing::engine::{dedup_id, Pane};
 use tidemark::windowing::trigger::Timing;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -344,9 +344,9 @@ fn pane(timing: Timing, values: Vec<Option<f64>>) -> Pane {
         },
         timing,
         pane_index: 2,
-        dedup_id: "abc".into(),
+        dedup_id: dedup_id("p", "user-1", Window::new(60_000, 120_000)),
         count: 3,
-        values,
+        values: values.into(),
     }
 }
 
@@ -381,7 +381,10 @@ fn panes_and_dead_letters_read_back_with_the_published_schemas() {
         assert_eq!(f["window_end"], Value::TimestampMillis(120_000));
         assert_eq!(f["timing"], Value::Enum(2, "LATE".into()));
         assert_eq!(f["pane_index"], Value::Int(2));
-        assert_eq!(f["dedup_id"], Value::String("abc".into()));
+        assert_eq!(
+            f["dedup_id"],
+            Value::String(dedup_id("p", "user-1", Window::new(60_000, 120_000)).to_string())
+        );
         assert_eq!(f["epoch"], Value::Long(3));
         assert_eq!(f["count"], Value::Long(3));
         let Value::Map(aggs) = &f["aggregates"] else {

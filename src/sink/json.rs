@@ -55,6 +55,7 @@ mod tests {
     use super::*;
     use crate::windowing::aggregate::AggOp;
     use crate::windowing::assigner::Window;
+    use crate::windowing::engine::dedup_id;
     use crate::windowing::trigger::Timing;
 
     #[test]
@@ -64,9 +65,9 @@ mod tests {
             window: Window::new(0, 60_000),
             timing: Timing::OnTime,
             pane_index: 0,
-            dedup_id: "ab".into(),
+            dedup_id: dedup_id("p", "u\"1", Window::new(0, 60_000)),
             count: 0,
-            values: vec![Some(3.0), None, Some(2.5)],
+            values: [Some(3.0), None, Some(2.5)].into_iter().collect(),
         };
         let aggs = vec![
             AggSpec {
@@ -87,7 +88,10 @@ mod tests {
         ];
         assert_eq!(
             encode_pane(&pane, 0, &aggs),
-            r#"{"key":"u\"1","window_start":0,"window_end":60000,"timing":"ON_TIME","pane_index":0,"dedup_id":"ab","epoch":0,"count":0,"s":3,"lo":null,"avg":2.5}"#
+            format!(
+                r#"{{"key":"u\"1","window_start":0,"window_end":60000,"timing":"ON_TIME","pane_index":0,"dedup_id":"{}","epoch":0,"count":0,"s":3,"lo":null,"avg":2.5}}"#,
+                pane.dedup_id
+            )
         );
     }
 }

@@ -22,16 +22,23 @@ use super::cache::{
 use super::spec::{EngineSpec, Event};
 use super::trigger::{Accumulation, LateFiring, Timing, TriggerSpec};
 use crate::state::store::{StateStore, StoreError, StoredOffsets};
+use compact_str::CompactString;
 use sha2::{Digest, Sha256};
+use smallvec::SmallVec;
 
 /// Name of the windowing operator's column families.
 pub const WINDOW_OPERATOR: &str = "window";
 
-/// One emitted pane.
+/// The aggregate values of a pane: one per configured aggregation, inline up to four.
+pub type PaneValues = SmallVec<[Option<f64>; 4]>;
+
+/// One emitted pane. Firing one does not allocate (for keys up to 24 bytes and up to four
+/// aggregations): in the sliding benchmark, where most events fire a pane, the three allocations a
+/// pane used to make (key, dedup id, values) and their frees were a tenth of the time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pane {
     /// The grouping key.
-    pub key: String,
+    pub key: CompactString,
     /// The window.
     pub window: Window,
     /// Why the pane fired.
@@ -39,11 +46,42 @@ pub struct Pane {
     /// Index of the pane within its window (restarts at 0 for a merged session).
     pub pane_index: u32,
     /// Stable id of (pipeline, key, window start, window end).
-    pub dedup_id: String,
+    pub dedup_id: DedupId,
     /// Elements in the pane.
     pub count: u64,
     /// One value per configured aggregation (`None` for min/max/mean of an empty pane).
-    pub values: Vec<Option<f64>>,
+    pub values: PaneValues,
+}
+
+/// A pane's deduplication id: 32 lowercase hex digits (see [`dedup_id`]), held inline.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DedupId([u8; 32]);
+
+impl DedupId {
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
+}
+
+impl std::ops::Deref for DedupId {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for DedupId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Debug for DedupId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
 }
 
 /// What happened to an event.
@@ -187,7 +225,7 @@ impl Emitter {
     fn push(&mut self, key: &str, window: Window, timing: Timing, pane_index: u32, content: &Acc) {
         self.stats.panes[timing as usize] += 1;
         self.panes.push(Pane {
-            key: key.to_string(),
+            key: CompactString::from(key),
             window,
             timing,
             pane_index,
@@ -222,7 +260,7 @@ impl Emitter {
 
 /// The stable deduplication id of a window of a key in a pipeline: 32 hex digits of SHA-256 over
 /// the length-prefixed pipeline name and key and the big-endian window bounds.
-pub fn dedup_id(pipeline: &str, key: &str, w: Window) -> String {
+pub fn dedup_id(pipeline: &str, key: &str, w: Window) -> DedupId {
     let mut h = Sha256::new();
     h.update((pipeline.len() as u32).to_be_bytes());
     h.update(pipeline.as_bytes());
@@ -232,12 +270,12 @@ pub fn dedup_id(pipeline: &str, key: &str, w: Window) -> String {
     h.update(w.end.to_be_bytes());
     let digest = h.finalize();
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(32);
-    for &b in &digest[..16] {
-        out.push(HEX[usize::from(b >> 4)] as char);
-        out.push(HEX[usize::from(b & 0xf)] as char);
+    let mut out = [0u8; 32];
+    for (i, &b) in digest[..16].iter().enumerate() {
+        out[2 * i] = HEX[usize::from(b >> 4)];
+        out[2 * i + 1] = HEX[usize::from(b & 0xf)];
     }
-    out
+    DedupId(out)
 }
 
 /// A pending change of one window's timers, applied once the key's state is no longer borrowed.
