@@ -230,3 +230,83 @@ proptest! {
         prop_assert!(summary.is_ok(), "{:?}", summary.err());
     }
 }
+
+/// Sessions stored in the older format (tag 1, the end in the key) still load, give the same
+/// panes, and are moved to the session format (tag 5, by start) by the next flush.
+#[test]
+fn sessions_in_the_older_format_load_and_are_rewritten() {
+    use tidemark::state::keys::{self, StateKey};
+    let s = spec("type = \"session\"\ngap = \"10ms\"", "", "", COUNT_SUM);
+    let layout = Layout::Session { gap: 10 };
+    let ev = |key: &str, ts: i64| Event {
+        key: key.into(),
+        ts,
+        values: vec![1.0],
+    };
+    let first = [ev("a", 0), ev("a", 5), ev("b", 3)];
+    let later = [ev("a", 12), ev("b", 40)];
+    let (_d, mut straight) = open(&s, layout, 1 << 20);
+    for e in first.iter().chain(&later) {
+        straight.process(e).unwrap();
+    }
+    straight.finish().unwrap();
+    let want = straight.take_panes();
+
+    let entries = |store: &StateStore| -> Vec<StateKey> {
+        let db = store.db();
+        let cf = db.cf_handle(&StateStore::cf_name("window", 0)).unwrap();
+        db.iterator_cf(&cf, rocksdb::IteratorMode::Start)
+            .map(|kv| keys::decode_state_key(&kv.unwrap().0).unwrap())
+            .collect()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = StateStore::open(dir.path()).unwrap();
+        let mut e = Engine::open_with_layout(&s.engine, &store, 0, layout, 1 << 20).unwrap();
+        for x in &first {
+            e.process(x).unwrap();
+        }
+        e.flush().unwrap();
+        // Rewrite every session entry the way the older format stored it.
+        let db = store.db();
+        let cf = db.cf_handle(&StateStore::cf_name("window", 0)).unwrap();
+        let stored: Vec<_> = db
+            .iterator_cf(&cf, rocksdb::IteratorMode::Start)
+            .map(|kv| kv.unwrap())
+            .collect();
+        let mut sessions = 0;
+        for (k, v) in stored {
+            if let StateKey::Session { key, start } = keys::decode_state_key(&k).unwrap() {
+                let end = i64::from_le_bytes(v[..8].try_into().unwrap());
+                db.delete_cf(&cf, &k).unwrap();
+                db.put_cf(&cf, keys::window_key(&key, start, end), &v[8..])
+                    .unwrap();
+                sessions += 1;
+            }
+        }
+        assert_eq!(sessions, 2, "one session per key");
+    }
+    let store = StateStore::open(dir.path()).unwrap();
+    let mut e = Engine::open_with_layout(&s.engine, &store, 0, layout, 1 << 20).unwrap();
+    assert!(entries(&store)
+        .iter()
+        .any(|k| matches!(k, StateKey::Window { .. })));
+    e.flush().unwrap();
+    let after = entries(&store);
+    assert!(
+        !after.iter().any(|k| matches!(k, StateKey::Window { .. })),
+        "old entries deleted: {after:?}"
+    );
+    assert_eq!(
+        after
+            .iter()
+            .filter(|k| matches!(k, StateKey::Session { .. }))
+            .count(),
+        2
+    );
+    for x in &later {
+        e.process(x).unwrap();
+    }
+    e.finish().unwrap();
+    assert_eq!(e.take_panes(), want);
+}

@@ -7,8 +7,9 @@
 //! * a time is written as 8 big-endian bytes with the sign bit flipped, so negative times sort
 //!   before positive ones and the byte order equals the numeric order.
 //!
-//! State entries start with a one-byte tag ([`TAG_WINDOW`], [`TAG_SLICE`], [`TAG_CURSOR`]) so one
-//! column family can hold every kind of entry of an operator's partition.
+//! State entries start with a one-byte tag ([`TAG_WINDOW`], [`TAG_SLICE`], [`TAG_CURSOR`],
+//! [`TAG_WATERMARK`], [`TAG_SESSION`]) so one column family can hold every kind of entry of an
+//! operator's partition.
 
 /// Tag of a per-window entry: `tag | key | start | end`.
 pub const TAG_WINDOW: u8 = 1;
@@ -18,6 +19,10 @@ pub const TAG_SLICE: u8 = 2;
 pub const TAG_CURSOR: u8 = 3;
 /// Tag of the partition's watermark entry: the single byte `tag`.
 pub const TAG_WATERMARK: u8 = 4;
+/// Tag of a session entry: `tag | key | start`. A session's end moves with every element that
+/// extends it, so it is part of the value: an extension rewrites one entry instead of writing a
+/// tombstone for the old window and a value for the new one.
+pub const TAG_SESSION: u8 = 5;
 
 /// Why a stored key could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -95,6 +100,13 @@ pub enum StateKey {
         /// The grouping key.
         key: String,
     },
+    /// A session, by its start (the end is in the value).
+    Session {
+        /// The grouping key.
+        key: String,
+        /// Session start (inclusive).
+        start: i64,
+    },
     /// The partition's watermark.
     Watermark,
 }
@@ -105,6 +117,13 @@ pub fn put_window_key(out: &mut Vec<u8>, key: &str, start: i64, end: i64) {
     put_key(out, key);
     put_time(out, start);
     put_time(out, end);
+}
+
+/// Appends a session state key.
+pub fn put_session_key(out: &mut Vec<u8>, key: &str, start: i64) {
+    out.push(TAG_SESSION);
+    put_key(out, key);
+    put_time(out, start);
 }
 
 /// Appends a slice state key.
@@ -172,6 +191,10 @@ pub fn decode_state_key(bytes: &[u8]) -> Result<StateKey, KeyDecodeError> {
             (StateKey::Slice { key, start }, rest)
         }
         TAG_CURSOR => (StateKey::Cursor { key }, rest),
+        TAG_SESSION => {
+            let (start, rest) = get_time(rest)?;
+            (StateKey::Session { key, start }, rest)
+        }
         other => return Err(KeyDecodeError::UnknownTag(other)),
     };
     if !rest.is_empty() {
@@ -217,6 +240,10 @@ mod tests {
             prop_assert!(slice_key(&k, s).starts_with(&key_prefix(TAG_SLICE, &k)));
             prop_assert_eq!(decode_state_key(&slice_key(&k, s)).unwrap(), StateKey::Slice { key: k.clone(), start: s });
             prop_assert_eq!(decode_state_key(&cursor_key(&k)).unwrap(), StateKey::Cursor { key: k.clone() });
+            let mut session = Vec::new();
+            put_session_key(&mut session, &k, s);
+            prop_assert!(session.starts_with(&key_prefix(TAG_SESSION, &k)));
+            prop_assert_eq!(decode_state_key(&session).unwrap(), StateKey::Session { key: k.clone(), start: s });
         }
 
         #[test]

@@ -14,7 +14,7 @@
 
 use super::aggregate::Acc;
 use super::assigner::Window;
-use crate::state::keys::{self, StateKey, TAG_CURSOR, TAG_SLICE, TAG_WINDOW};
+use crate::state::keys::{self, StateKey, TAG_CURSOR, TAG_SESSION, TAG_SLICE, TAG_WINDOW};
 use crate::state::store::{StateStore, StoreError, StoredOffsets};
 use compact_str::CompactString;
 use rocksdb::{Direction, IteratorMode, WriteBatch};
@@ -206,6 +206,9 @@ struct WindowSlot {
     window: Window,
     state: WinState,
     dirty: bool,
+    /// A session loaded from an entry of the older format (tag 1, end in the key): the next
+    /// flush moves it to the session format and deletes the old entry.
+    legacy: bool,
 }
 
 /// The windows of one key, sorted by window. Most keys have one to a few open windows, so a
@@ -216,7 +219,8 @@ struct WindowSlot {
 #[derive(Debug, Clone, Default)]
 pub struct WindowMap {
     slots: VecDeque<WindowSlot>,
-    removed: Vec<Window>,
+    /// Removed windows, and whether each was stored in the older session format.
+    removed: Vec<(Window, bool)>,
 }
 
 impl WindowMap {
@@ -260,6 +264,7 @@ impl WindowMap {
                 window: w,
                 state: st,
                 dirty: false,
+                legacy: false,
             },
         );
     }
@@ -310,8 +315,9 @@ impl WindowMap {
     /// Removes window `w` (the next flush writes its tombstone); returns its state.
     pub fn remove(&mut self, w: &Window) -> Option<WinState> {
         let i = self.find(w).ok()?;
-        self.removed.push(*w);
-        self.slots.remove(i).map(|s| s.state)
+        let slot = self.slots.remove(i)?;
+        self.removed.push((*w, slot.legacy));
+        Some(slot.state)
     }
 
     /// The windows in order.
@@ -329,28 +335,79 @@ impl WindowMap {
     }
 
     /// Adds the changed windows (values) and removed ones (tombstones) to `changes`; marks all
-    /// clean.
-    fn take_changes(&mut self, key: &str, changes: &mut Changes) {
+    /// clean. Sessions (`by_start`) are stored by start, with the end in the value.
+    fn take_changes(&mut self, key: &str, changes: &mut Changes, by_start: bool) {
+        let no_value = None::<fn(&mut Vec<u8>)>;
         let mut removed = std::mem::take(&mut self.removed);
         removed.sort_unstable();
         removed.dedup();
-        for w in removed {
-            // Removed and then created again since the last flush: the value below wins.
-            if !self.contains_key(&w) {
-                changes.push(
-                    |out| keys::put_window_key(out, key, w.start, w.end),
-                    None::<fn(&mut Vec<u8>)>,
-                );
+        let mut last_start = None;
+        for (w, legacy) in removed {
+            if !by_start || legacy {
+                // Removed and then created again since the last flush: the value below wins.
+                if by_start || !self.contains_key(&w) {
+                    changes.push(
+                        |out| keys::put_window_key(out, key, w.start, w.end),
+                        no_value,
+                    );
+                }
+                if !by_start {
+                    continue;
+                }
             }
+            // One tombstone per start, and none when a session with that start exists (its value
+            // below replaces the entry).
+            if last_start != Some(w.start) && self.start_index(w.start).is_none() {
+                changes.push(|out| keys::put_session_key(out, key, w.start), no_value);
+            }
+            last_start = Some(w.start);
         }
         for slot in self.slots.iter_mut().filter(|s| s.dirty) {
             slot.dirty = false;
             let (w, st) = (slot.window, &slot.state);
+            if !by_start {
+                changes.push(
+                    |out| keys::put_window_key(out, key, w.start, w.end),
+                    Some(|out: &mut Vec<u8>| st.encode_into(out)),
+                );
+                continue;
+            }
+            if std::mem::take(&mut slot.legacy) {
+                changes.push(
+                    |out| keys::put_window_key(out, key, w.start, w.end),
+                    no_value,
+                );
+            }
             changes.push(
-                |out| keys::put_window_key(out, key, w.start, w.end),
-                Some(|out: &mut Vec<u8>| st.encode_into(out)),
+                |out| keys::put_session_key(out, key, w.start),
+                Some(|out: &mut Vec<u8>| {
+                    out.extend_from_slice(&w.end.to_le_bytes());
+                    st.encode_into(out);
+                }),
             );
         }
+    }
+
+    /// Index of the window starting at `start`, if any.
+    fn start_index(&self, start: i64) -> Option<usize> {
+        let i = self.slots.partition_point(|s| s.window.start < start);
+        (i < self.slots.len() && self.slots[i].window.start == start).then_some(i)
+    }
+
+    /// Inserts a window read from the store; `legacy` marks a session in the older format, which
+    /// the next flush rewrites.
+    fn insert_loaded(&mut self, w: Window, st: WinState, legacy: bool) {
+        self.insert(w, st);
+        if legacy {
+            let i = self.find(&w).expect("inserted above");
+            self.slots[i].legacy = true;
+            self.slots[i].dirty = true;
+        }
+    }
+
+    /// Whether any window awaits rewriting from the older session format.
+    fn has_legacy(&self) -> bool {
+        self.slots.iter().any(|s| s.legacy)
     }
 
     /// Marks window `w` changed: its current value, or a tombstone when it no longer exists, is
@@ -358,7 +415,7 @@ impl WindowMap {
     fn touch(&mut self, w: Window) {
         match self.find(&w) {
             Ok(i) => self.slots[i].dirty = true,
-            Err(_) if !self.removed.contains(&w) => self.removed.push(w),
+            Err(_) if !self.removed.iter().any(|(r, _)| *r == w) => self.removed.push((w, false)),
             Err(_) => {}
         }
     }
@@ -625,6 +682,8 @@ pub struct PartitionState {
     /// True while every entry of the column family is in `keys`, so a miss means "absent".
     complete: bool,
     max_keys: usize,
+    /// Whether windows are sessions, stored by start (see [`keys::TAG_SESSION`]).
+    sessions: bool,
     event_timers: BTreeSet<Timer>,
     proc_timers: BTreeSet<(i64, CompactString, Window)>,
     /// The watermark as last noted, and whether it changed since the last flush.
@@ -655,6 +714,8 @@ pub trait TimerRules {
     /// Rebuilds the memory-only parts of a key loaded from the store, given the watermark of the
     /// flush that wrote it (`None` before any).
     fn restore_key(&self, ks: &mut KeyState, flushed_watermark: Option<i64>);
+    /// Whether windows are sessions, stored by start because their end moves.
+    fn sessions(&self) -> bool;
 }
 
 impl PartitionState {
@@ -676,6 +737,7 @@ impl PartitionState {
             dirty_keys: Vec::new(),
             complete: true,
             max_keys,
+            sessions: rules.sessions(),
             event_timers: BTreeSet::new(),
             proc_timers: BTreeSet::new(),
             watermark: None,
@@ -706,6 +768,7 @@ impl PartitionState {
             let decoded = keys::decode_state_key(&k).map_err(|e| self.corrupt(e.to_string()))?;
             let key = match &decoded {
                 StateKey::Window { key, .. }
+                | StateKey::Session { key, .. }
                 | StateKey::Slice { key, .. }
                 | StateKey::Cursor { key } => key.clone(),
                 StateKey::Watermark => {
@@ -726,10 +789,18 @@ impl PartitionState {
             } else {
                 partial.entry(key).or_default()
             };
-            apply_entry(ks, decoded, &v).ok_or_else(|| StoreError::Corrupt {
+            apply_entry(ks, decoded, &v, self.sessions).ok_or_else(|| StoreError::Corrupt {
                 cf: self.cf.clone(),
                 detail: "undecodable value".into(),
             })?;
+        }
+        // Sessions in the older format are rewritten by the next flush (a key loaded later, on a
+        // miss, is listed by `key_mut`).
+        for (key, ks) in self.keys.iter_mut() {
+            if !ks.listed && ks.windows.has_legacy() {
+                ks.listed = true;
+                self.dirty_keys.push(key.clone());
+            }
         }
         self.flushed_watermark = self.watermark;
         for ks in self.keys.values_mut().chain(partial.values_mut()) {
@@ -813,7 +884,7 @@ impl PartitionState {
             .cf_handle(&self.cf)
             .ok_or_else(|| StoreError::MissingCf(self.cf.clone()))?;
         let mut ks = KeyState::default();
-        for tag in [TAG_WINDOW, TAG_SLICE, TAG_CURSOR] {
+        for tag in [TAG_WINDOW, TAG_SLICE, TAG_CURSOR, TAG_SESSION] {
             let prefix = keys::key_prefix(tag, key);
             for item in db.iterator_cf(&handle, IteratorMode::From(&prefix, Direction::Forward)) {
                 let (k, v) = item?;
@@ -822,7 +893,7 @@ impl PartitionState {
                 }
                 let decoded =
                     keys::decode_state_key(&k).map_err(|e| self.corrupt(e.to_string()))?;
-                apply_entry(&mut ks, decoded, &v)
+                apply_entry(&mut ks, decoded, &v, self.sessions)
                     .ok_or_else(|| self.corrupt("undecodable value"))?;
             }
         }
@@ -918,12 +989,13 @@ impl PartitionState {
             entries: Vec::with_capacity(self.last_flush.1),
         };
         let mut dirty = std::mem::take(&mut self.dirty_keys);
+        let sessions = self.sessions;
         if dirty.len() * 2 >= self.keys.len() {
             // Most keys changed: one pass over the table in memory order is cheaper than a
             // lookup (a cache miss) per changed key.
             self.keys.retain(|key, ks| {
                 if ks.listed {
-                    key_changes(key, ks, &mut changes);
+                    key_changes(key, ks, &mut changes, sessions);
                 }
                 !ks.is_empty()
             });
@@ -932,7 +1004,7 @@ impl PartitionState {
                 let Some(ks) = self.keys.get_mut(key) else {
                     continue;
                 };
-                key_changes(key, ks, &mut changes);
+                key_changes(key, ks, &mut changes, sessions);
                 if ks.is_empty() {
                     self.keys.remove(key);
                 }
@@ -988,9 +1060,9 @@ impl PartitionState {
 }
 
 /// Adds a changed key's dirty entries to `changes` and marks the key clean.
-fn key_changes(key: &str, ks: &mut KeyState, changes: &mut Changes) {
+fn key_changes(key: &str, ks: &mut KeyState, changes: &mut Changes, sessions: bool) {
     ks.listed = false;
-    ks.windows.take_changes(key, changes);
+    ks.windows.take_changes(key, changes, sessions);
     let KeyState {
         slices,
         dirty_slices,
@@ -1045,11 +1117,16 @@ fn index_key(
 }
 
 /// Applies one stored entry to a key state; `None` if the value does not decode.
-fn apply_entry(ks: &mut KeyState, decoded: StateKey, value: &[u8]) -> Option<()> {
+fn apply_entry(ks: &mut KeyState, decoded: StateKey, value: &[u8], sessions: bool) -> Option<()> {
     match decoded {
         StateKey::Window { start, end, .. } => {
             ks.windows
-                .insert(Window::new(start, end), WinState::decode(value)?);
+                .insert_loaded(Window::new(start, end), WinState::decode(value)?, sessions);
+        }
+        StateKey::Session { start, .. } => {
+            let end = i64::from_le_bytes(value.get(..8)?.try_into().ok()?);
+            let st = WinState::decode(&value[8..])?;
+            ks.windows.insert_loaded(Window::new(start, end), st, false);
         }
         StateKey::Slice { start, .. } => {
             let (acc, rest) = Acc::decode(value)?;
@@ -1077,7 +1154,7 @@ mod tests {
     /// (window start, tombstone?) of each change a window map yields, in key order.
     fn flushed(m: &mut WindowMap) -> Vec<(i64, bool)> {
         let mut c = Changes::default();
-        m.take_changes("k", &mut c);
+        m.take_changes("k", &mut c, false);
         c.sort();
         c.iter()
             .map(|(k, v)| {

@@ -181,6 +181,10 @@ impl TimerRules for Rules {
         }
     }
 
+    fn sessions(&self) -> bool {
+        matches!(self.layout, Layout::Session { .. })
+    }
+
     fn restore_key(&self, ks: &mut KeyState, flushed_watermark: Option<i64>) {
         let Layout::Sliced(g) = self.layout else {
             return;
