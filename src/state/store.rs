@@ -79,7 +79,11 @@ fn db_options() -> Options {
     o.create_missing_column_families(true);
     o.set_atomic_flush(true);
     o.set_compression_type(rocksdb::DBCompressionType::Lz4);
-    o.set_write_buffer_size(32 << 20);
+    // 8 MB memtables: each flush's sorted batch inserts into a skiplist that stays closer to the
+    // caches. Against 32 MB, interleaved: engine bench tumbling 1.00M/1.01M -> 1.12M/1.18M
+    // events/s with less CPU in total (background flushes included) and 25 MB less peak RSS;
+    // restore 1.50M/1.49M -> 1.65M/1.82M records/s.
+    o.set_write_buffer_size(8 << 20);
     o
 }
 
