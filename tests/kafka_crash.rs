@@ -2,7 +2,9 @@
 //! while input is still being produced, and restarted alternately on the same state directory and
 //! on a fresh one (which forces a restore from the changelog). At the end every expected pane —
 //! computed by `tidemark simulate` on each partition's records — is committed exactly once with the
-//! expected value, and so is every dead letter. Judged from the raw log by `audit`.
+//! expected value, and so is every dead letter. Judged from the raw log by `audit`. It runs once
+//! with sliding windows (slices and derived cursors in the changelog) and once with sessions
+//! (stored by start, merging, with retractions).
 
 mod common;
 
@@ -10,7 +12,10 @@ use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 3;
 
-fn config(broker: &str, state: &std::path::Path) -> String {
+const SLIDING: &str = "type = \"sliding\"\nsize = \"2s\"\nslide = \"500ms\"";
+const SESSIONS: &str = "type = \"session\"\ngap = \"150ms\"";
+
+fn config(broker: &str, state: &std::path::Path, window: &str) -> String {
     format!(
         r#"
 name = "crash"
@@ -19,9 +24,7 @@ allowed_lateness = "1s"
 key = "user"
 timestamp = "ts"
 [window]
-type = "sliding"
-size = "2s"
-slide = "500ms"
+{window}
 [watermark]
 max_out_of_orderness = "300ms"
 [[aggregations]]
@@ -52,13 +55,22 @@ max_batch_records = 200
 
 #[test]
 fn kill_9_never_loses_or_duplicates() {
+    kill_9_run(SLIDING);
+}
+
+#[test]
+fn kill_9_never_loses_or_duplicates_sessions() {
+    kill_9_run(SESSIONS);
+}
+
+fn kill_9_run(window: &str) {
     let broker = common::Broker::start();
     broker.create_topic("events", PARTITIONS);
     let dir = tempfile::tempdir().unwrap();
 
     let cfg_path = |name: &str| {
         let path = dir.path().join(format!("{name}.toml"));
-        std::fs::write(&path, config(&broker.addr, &dir.path().join(name))).unwrap();
+        std::fs::write(&path, config(&broker.addr, &dir.path().join(name), window)).unwrap();
         path
     };
     let same = cfg_path("state-a");
