@@ -207,11 +207,9 @@ fn first_end_with_data_after(slices: &SliceMap, g: SliceGrid, wm: Option<i64>) -
         // Far from any real time (the start of time, or after `finish`): no grid arithmetic.
         Some(wm) if wm < i64::MIN / 2 => slices.first_key_value().map(|(&a, _)| g.first_end(a)),
         Some(wm) if wm > i64::MAX / 2 => None,
-        Some(wm) => {
-            let e = g.end_after(wm);
-            let (&a, _) = slices.range(e - g.size..).next()?;
-            Some(e.max(g.first_end(a)))
-        }
+        // The first window end after the watermark is `end_after(wm)`, the one after the end
+        // before it.
+        Some(wm) => next_end_with_data(slices, g, g.end_after(wm) - g.slide),
     }
 }
 
