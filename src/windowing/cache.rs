@@ -343,17 +343,16 @@ impl WindowMap {
         removed.dedup();
         let mut last_start = None;
         for (w, legacy) in removed {
-            if !by_start || legacy {
+            let window_key = |out: &mut Vec<u8>| keys::put_window_key(out, key, w.start, w.end);
+            if !by_start {
                 // Removed and then created again since the last flush: the value below wins.
-                if by_start || !self.contains_key(&w) {
-                    changes.push(
-                        |out| keys::put_window_key(out, key, w.start, w.end),
-                        no_value,
-                    );
+                if !self.contains_key(&w) {
+                    changes.push(window_key, no_value);
                 }
-                if !by_start {
-                    continue;
-                }
+                continue;
+            }
+            if legacy {
+                changes.push(window_key, no_value);
             }
             // One tombstone per start, and none when a session with that start exists (its value
             // below replaces the entry).
@@ -397,12 +396,19 @@ impl WindowMap {
     /// Inserts a window read from the store; `legacy` marks a session in the older format, which
     /// the next flush rewrites.
     fn insert_loaded(&mut self, w: Window, st: WinState, legacy: bool) {
-        self.insert(w, st);
-        if legacy {
-            let i = self.find(&w).expect("inserted above");
-            self.slots[i].legacy = true;
-            self.slots[i].dirty = true;
-        }
+        let i = match self.find(&w) {
+            Ok(i) => {
+                self.slots[i].state = st;
+                i
+            }
+            Err(i) => {
+                self.insert_at(i, w, st);
+                i
+            }
+        };
+        let slot = &mut self.slots[i];
+        slot.legacy |= legacy;
+        slot.dirty |= legacy;
     }
 
     /// Whether any window awaits rewriting from the older session format.
@@ -431,11 +437,10 @@ pub struct SliceMap {
 
 impl SliceMap {
     fn find(&self, start: i64) -> Result<usize, usize> {
-        // Most events update the newest slice: check the back before searching.
-        match self.slots.back() {
-            Some((last, _)) if *last == start => Ok(self.slots.len() - 1),
-            Some((last, _)) if *last < start => Err(self.slots.len()),
-            _ => self.slots.binary_search_by(|(a, _)| a.cmp(&start)),
+        let i = self.lower_bound(start);
+        match self.slots.get(i) {
+            Some((a, _)) if *a == start => Ok(i),
+            _ => Err(i),
         }
     }
 
@@ -796,10 +801,12 @@ impl PartitionState {
         }
         // Sessions in the older format are rewritten by the next flush (a key loaded later, on a
         // miss, is listed by `key_mut`).
-        for (key, ks) in self.keys.iter_mut() {
-            if !ks.listed && ks.windows.has_legacy() {
-                ks.listed = true;
-                self.dirty_keys.push(key.clone());
+        if self.sessions {
+            for (key, ks) in self.keys.iter_mut() {
+                if !ks.listed && ks.windows.has_legacy() {
+                    ks.listed = true;
+                    self.dirty_keys.push(key.clone());
+                }
             }
         }
         self.flushed_watermark = self.watermark;
