@@ -108,8 +108,6 @@ def measure(proc, broker, group, target, label):
     }
 
 
-
-
 def tidemark_config(broker, state):
     return f"""
 name = "peers"
