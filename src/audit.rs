@@ -10,6 +10,9 @@
 //! `tidemark.epoch` header are of epoch 0. It also counts the aborted records the broker serves to a
 //! `read_committed` fetch anyway.
 
+use crate::format::dead_letter::DeadLetter;
+use crate::format::epoch_of;
+use crate::format::pane::{DEDUP_ID_HEADER, PANE_INDEX_HEADER};
 use crate::kafka::raw_log::RawRecord;
 use std::collections::BTreeMap;
 
@@ -35,9 +38,9 @@ pub fn check_panes(committed: &[RawRecord]) -> PaneReport {
     let mut seen: BTreeMap<(String, u64, u32), usize> = BTreeMap::new();
     let mut report = PaneReport::default();
     for r in committed {
-        let id = r.header("tidemark.dedup_id");
+        let id = r.header(DEDUP_ID_HEADER);
         let idx = r
-            .header("tidemark.pane_index")
+            .header(PANE_INDEX_HEADER)
             .and_then(|s| s.parse::<u32>().ok());
         match (id, idx) {
             (Some(id), Some(idx)) => {
@@ -67,13 +70,6 @@ pub fn check_panes(committed: &[RawRecord]) -> PaneReport {
     report
 }
 
-/// The replay epoch of a pane or dead letter (0 without the header).
-pub fn epoch_of(r: &RawRecord) -> u64 {
-    r.header(crate::sink::kafka::EPOCH_HEADER)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
 /// What the audit found in a dead-letter topic.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DeadLetterReport {
@@ -96,24 +92,16 @@ pub fn check_dead_letters(committed: &[RawRecord]) -> DeadLetterReport {
     let mut report = DeadLetterReport::default();
     let mut seen: BTreeMap<(String, i32, i64, u64), usize> = BTreeMap::new();
     for r in committed {
-        let reason = r.header("tidemark.reason");
-        let topic = r.header("tidemark.source_topic");
-        let partition = r
-            .header("tidemark.source_partition")
-            .and_then(|s| s.parse().ok());
-        let offset = r
-            .header("tidemark.source_offset")
-            .and_then(|s| s.parse().ok());
-        match (reason, topic, partition, offset) {
-            (Some(reason), Some(topic), Some(partition), Some(offset)) => {
+        match DeadLetter::from_record(r) {
+            Some(d) => {
                 report.dead_letters += 1;
-                *report.by_reason.entry(reason.to_string()).or_default() += 1;
-                *report.by_epoch.entry(epoch_of(r)).or_default() += 1;
+                *report.by_reason.entry(d.reason).or_default() += 1;
+                *report.by_epoch.entry(d.epoch).or_default() += 1;
                 *seen
-                    .entry((topic.to_string(), partition, offset, epoch_of(r)))
+                    .entry((d.topic, d.partition, d.offset, d.epoch))
                     .or_default() += 1;
             }
-            _ => report.not_dead_letters += 1,
+            None => report.not_dead_letters += 1,
         }
     }
     report.duplicates = seen
@@ -124,14 +112,13 @@ pub fn check_dead_letters(committed: &[RawRecord]) -> DeadLetterReport {
     report
 }
 
-/// Whether a committed record is a dead letter (it has a `tidemark.reason` header).
-pub fn is_dead_letter(r: &RawRecord) -> bool {
-    r.header("tidemark.reason").is_some()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::dead_letter::{
+        REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER, SOURCE_TOPIC_HEADER,
+    };
+    use crate::format::pane::EPOCH_HEADER;
     use bytes::Bytes;
 
     fn dead_letter(partition: &str, offset: &str, reason: &str) -> RawRecord {
@@ -145,10 +132,10 @@ mod tests {
             key: None,
             value: Some(Bytes::from_static(b"original")),
             headers: vec![
-                h("tidemark.reason", reason),
-                h("tidemark.source_topic", "events"),
-                h("tidemark.source_partition", partition),
-                h("tidemark.source_offset", offset),
+                h(REASON_HEADER, reason),
+                h(SOURCE_TOPIC_HEADER, "events"),
+                h(SOURCE_PARTITION_HEADER, partition),
+                h(SOURCE_OFFSET_HEADER, offset),
             ],
         }
     }
@@ -173,9 +160,9 @@ mod tests {
     fn pane(id: &str, epoch: Option<&str>, idx: &str) -> RawRecord {
         let mut r = dead_letter("0", "0", "x");
         let h = |k: &str, v: &str| (k.to_string(), Some(Bytes::from(v.to_string())));
-        r.headers = vec![h("tidemark.dedup_id", id), h("tidemark.pane_index", idx)];
+        r.headers = vec![h(DEDUP_ID_HEADER, id), h(PANE_INDEX_HEADER, idx)];
         if let Some(e) = epoch {
-            r.headers.push(h("tidemark.epoch", e));
+            r.headers.push(h(EPOCH_HEADER, e));
         }
         r
     }
@@ -203,7 +190,7 @@ mod tests {
         let mut again = dead_letter("0", "7", "late");
         again
             .headers
-            .push(("tidemark.epoch".into(), Some(Bytes::from_static(b"1"))));
+            .push((EPOCH_HEADER.into(), Some(Bytes::from_static(b"1"))));
         let dead = check_dead_letters(&[dead_letter("0", "7", "late"), again]);
         assert!(dead.duplicates.is_empty());
         assert_eq!(dead.by_epoch.get(&1), Some(&1));

@@ -1,5 +1,6 @@
-//! Avro: input decoding with a reader schema, pane and dead-letter encodings, both plain Avro
-//! binary and the Confluent wire format, and a Confluent-compatible Schema Registry client.
+//! Avro: input decoding with a reader schema, plain Avro binary and the Confluent wire format, and
+//! a Confluent-compatible Schema Registry client. (The Avro encodings of panes and dead letters
+//! live with the other output formats, in [`crate::format::avro`].)
 //!
 //! *Plain* data is a bare Avro datum written with a known writer schema (the configured
 //! `writer_schema`, or the reader schema itself). *Confluent* data starts with a magic byte 0 and a
@@ -14,20 +15,12 @@
 //! abort and retry the transaction instead.
 
 use crate::record::{DecodeError, Event, InputSpec};
-use crate::sink::kafka::DeadLetterInfo;
-use crate::windowing::aggregate::AggSpec;
-use crate::windowing::engine::Pane;
 use crate::windowing::time::MAX_ABS_TIMESTAMP;
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::Schema;
 use std::collections::{BTreeMap, HashMap};
-
-/// The pane schema, `schemas/window_result.avsc`.
-pub const WINDOW_RESULT_SCHEMA: &str = include_str!("../schemas/window_result.avsc");
-/// The dead-letter envelope schema, `schemas/dead_letter.avsc`.
-pub const DEAD_LETTER_SCHEMA: &str = include_str!("../schemas/dead_letter.avsc");
 
 /// How Avro bytes are framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,22 +53,6 @@ pub struct AvroInputSpec {
     pub framing: Framing,
     /// Local schema ids for Confluent framing.
     pub ids: BTreeMap<u32, String>,
-}
-
-/// Validated output encoding.
-#[derive(Debug, Clone, PartialEq)]
-pub enum OutputFormat {
-    /// Panes as JSON; dead letters keep the original bytes.
-    Json,
-    /// Panes and dead-letter envelopes as Avro.
-    Avro {
-        /// Framing of output values.
-        framing: Framing,
-        /// Schema id of panes under Confluent framing when no registry is configured.
-        pane_schema_id: Option<u32>,
-        /// Schema id of dead letters under Confluent framing when no registry is configured.
-        dead_letter_schema_id: Option<u32>,
-    },
 }
 
 /// Errors of schemas and the registry.
@@ -425,123 +402,6 @@ fn strip_union(v: &Value) -> &Value {
     match v {
         Value::Union(_, inner) => strip_union(inner),
         other => other,
-    }
-}
-
-/// Encodes panes and dead-letter envelopes as Avro.
-pub struct AvroEncoder {
-    pane_schema: Schema,
-    dead_letter_schema: Schema,
-    framing: Framing,
-    pane_id: u32,
-    dead_letter_id: u32,
-}
-
-impl std::fmt::Debug for AvroEncoder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AvroEncoder")
-            .field("framing", &self.framing)
-            .field("pane_id", &self.pane_id)
-            .field("dead_letter_id", &self.dead_letter_id)
-            .finish()
-    }
-}
-
-impl AvroEncoder {
-    /// An encoder; under Confluent framing the ids are the registered ones (or the local ones).
-    pub fn new(
-        framing: Framing,
-        pane_id: u32,
-        dead_letter_id: u32,
-    ) -> Result<AvroEncoder, AvroError> {
-        Ok(AvroEncoder {
-            pane_schema: parse_schema("window_result.avsc", WINDOW_RESULT_SCHEMA)?,
-            dead_letter_schema: parse_schema("dead_letter.avsc", DEAD_LETTER_SCHEMA)?,
-            framing,
-            pane_id,
-            dead_letter_id,
-        })
-    }
-
-    fn frame(&self, schema: &Schema, id: u32, value: Value) -> Result<Vec<u8>, AvroError> {
-        let id = (self.framing == Framing::Confluent).then_some(id);
-        encode_value(schema, id, value)
-    }
-
-    /// A pane as a `WindowResult` record.
-    pub fn pane(
-        &self,
-        p: &Pane,
-        epoch: u64,
-        aggregations: &[AggSpec],
-    ) -> Result<Vec<u8>, AvroError> {
-        // The schema's enum symbols are in `Timing`'s declaration order.
-        let timing = p.timing as u32;
-        let aggregates: HashMap<String, Value> = aggregations
-            .iter()
-            .zip(&p.values)
-            .map(|(spec, v)| {
-                let v = match v {
-                    Some(x) if x.is_finite() => Value::Union(1, Box::new(Value::Double(*x))),
-                    _ => Value::Union(0, Box::new(Value::Null)),
-                };
-                (spec.name.clone(), v)
-            })
-            .collect();
-        let value = Value::Record(vec![
-            ("key".into(), Value::String(p.key.to_string())),
-            (
-                "window_start".into(),
-                Value::TimestampMillis(p.window.start),
-            ),
-            ("window_end".into(), Value::TimestampMillis(p.window.end)),
-            (
-                "timing".into(),
-                Value::Enum(timing, p.timing.as_str().to_string()),
-            ),
-            ("pane_index".into(), Value::Int(p.pane_index as i32)),
-            ("dedup_id".into(), Value::String(p.dedup_id.to_string())),
-            ("epoch".into(), Value::Long(epoch as i64)),
-            ("count".into(), Value::Long(p.count as i64)),
-            ("aggregates".into(), Value::Map(aggregates)),
-        ]);
-        self.frame(&self.pane_schema, self.pane_id, value)
-    }
-
-    /// A dead letter as a `DeadLetter` envelope holding the original key and value bytes.
-    pub fn dead_letter(
-        &self,
-        d: &DeadLetterInfo,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-    ) -> Result<Vec<u8>, AvroError> {
-        let reason = match d.reason {
-            "late" => 0,
-            "malformed" => 1,
-            _ => 2,
-        };
-        let opt_long = |v: Option<i64>, ts: bool| match v {
-            Some(x) if ts => Value::Union(1, Box::new(Value::TimestampMillis(x))),
-            Some(x) => Value::Union(1, Box::new(Value::Long(x))),
-            None => Value::Union(0, Box::new(Value::Null)),
-        };
-        let opt_bytes = |v: Option<&[u8]>| match v {
-            Some(b) => Value::Union(1, Box::new(Value::Bytes(b.to_vec()))),
-            None => Value::Union(0, Box::new(Value::Null)),
-        };
-        let value = Value::Record(vec![
-            ("reason".into(), Value::Enum(reason, d.reason.to_string())),
-            ("detail".into(), Value::String(d.detail.clone())),
-            ("source_topic".into(), Value::String(d.topic.clone())),
-            ("source_partition".into(), Value::Int(d.partition)),
-            ("source_offset".into(), Value::Long(d.offset)),
-            ("watermark".into(), opt_long(d.watermark, true)),
-            ("late_by_ms".into(), opt_long(d.late_by_ms, false)),
-            ("epoch".into(), Value::Long(d.epoch as i64)),
-            ("key".into(), opt_bytes(key)),
-            ("value".into(), opt_bytes(value)),
-        ]);
-        self.frame(&self.dead_letter_schema, self.dead_letter_id, value)
     }
 }
 

@@ -8,37 +8,48 @@
 //! * [`produce`] — `tidemark produce`: a clickstream load generator.
 //! * [`record`] — decoding JSON input records into the core's [`windowing::spec::Event`], and
 //!   [`record::InputSpec`], where a record's key, timestamp and values are.
-//! * [`avro`] — Avro decoding with reader schemas and evolution, pane and dead-letter encodings,
-//!   plain and Confluent framing, and the Schema Registry client.
+//! * [`avro`] — Avro input: decoding with reader schemas and evolution, plain and Confluent
+//!   framing, and the Schema Registry client.
 //! * [`windowing`] — the pure, deterministic core: time arithmetic, window assigners, watermarks,
-//!   triggers, mergeable aggregates, the typed state cache and the [`windowing::engine::Engine`]
+//!   triggers, mergeable aggregates, the saved state format, the typed state cache and the
+//!   [`windowing::engine::Engine`]
 //!   that fires panes. It owns its types ([`windowing::spec`]) and knows nothing about Kafka or
 //!   the config file, so it runs the same from a file, in tests and in `simulate`.
-//! * [`pipeline`] — [`pipeline::Step`], what happens to one record: the one function `simulate`
-//!   and `run` both call.
+//! * [`pipeline`] — what happens to one record, in two halves: [`pipeline::Front`] (one per
+//!   source: malformed, future timestamps, the source's watermark) and [`pipeline::Back`] (one per
+//!   engine partition: late records, the watermark of its sources); [`pipeline::Step`] joins them
+//!   for `simulate` and for `run` over input keyed by the grouping field; the repartition hop
+//!   runs them in its two stages.
 //! * [`state`] — state in RocksDB, below the core's typed cache: the order-preserving key
 //!   encoding, the store (column families per operator and partition), and the changelog: offset
 //!   markers, and the restore that reads the committed input offset from the log.
-//! * [`sink`] — encodings of panes and dead letters.
-//! * [`simulate`] — `tidemark simulate`: a pipeline over a file of events and control lines.
+//! * [`format`] — every record tidemark writes for others to read, in one home: panes and dead
+//!   letters (fields, headers, JSON and Avro encodings, reading them back) and the repartition
+//!   hop's records.
+//! * [`simulate`] — `tidemark simulate`: a pipeline over files of records (JSON, or base64 Avro)
+//!   and control lines, through `run`'s decoder.
 //! * [`kafka`] — Kafka client pieces: the raw-log reader, which resolves transactions from a
 //!   topic's COMMIT/ABORT markers (by producer id and epoch) without trusting the broker to hide
-//!   aborted records; restore, `audit` and `tail` read through it.
+//!   aborted records; restore, `audit`, `tail`, the connectors and the hop's second stage read
+//!   through it.
 //! * [`replay`] — `tidemark replay`: moves a stopped pipeline back to earlier offsets in one
 //!   transaction (reset markers in the changelog, a new epoch).
-//! * [`connect`] — connectors beside the pipeline: `tidemark sink-postgres`, the output topic into
-//!   PostgreSQL exactly once (offsets in the same database transaction).
+//! * [`connect`] — connectors beside the pipeline, behind one seam ([`connect::Sink`]): what every
+//!   sink needs is written once; `tidemark sink-postgres` carries the output topic into PostgreSQL
+//!   exactly once (offsets in the same database transaction).
 //! * [`audit`] — `tidemark audit`: checks a topic's committed panes for duplicates and gaps, and
 //!   dead letters for repeats.
 //! * [`tail`] — `tidemark tail`: committed panes of an output topic as an aligned live table.
 //! * [`source`] — consumer and producer settings, and decoding input records (JSON or Avro);
-//!   [`coordinator`] — `tidemark run`: the group member's loop, restore and rebalance, and the
-//!   commit cycle (the only place where offsets, output and state become durable), in rooms.
+//!   [`coordinator`] — `tidemark run`: the group member's loop, the repartition hop's two stages,
+//!   restore and rebalance, and the commit cycle (the only place where offsets, output and state
+//!   become durable), in rooms.
 //! * [`clock`] — the wall clock, for the Kafka runtime and the load generator.
 //! * [`metrics`] — every exported metric, named and described, and the `/metrics`, `/healthz`,
 //!   `/readyz` endpoint.
 //! * [`http`] — a minimal http:// client (Schema Registry, `tidemark probe`).
-//! * [`cli`] — the command line (`validate`, `simulate`, `run`, `produce`, `audit`, `tail`).
+//! * [`cli`] — the command line, one room per command: `validate`, `simulate`, `run`, `replay`,
+//!   `sink-postgres`, `produce`, `audit`, `tail`, `probe`.
 //!
 //! ARCHITECTURE.md describes how the pieces fit and the invariants they keep.
 
@@ -52,6 +63,7 @@ pub mod clock;
 pub mod config;
 pub mod connect;
 pub mod coordinator;
+pub mod format;
 pub mod http;
 pub mod kafka;
 pub mod metrics;
@@ -60,7 +72,6 @@ pub mod produce;
 pub mod record;
 pub mod replay;
 pub mod simulate;
-pub mod sink;
 pub mod source;
 pub mod state;
 pub mod tail;

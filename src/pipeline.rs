@@ -1,24 +1,39 @@
 //! The record step: what happens to one input record, written once for `simulate` and `run`.
 //!
-//! A [`Step`] owns one partition's [`Engine`] and [`WatermarkTracker`]. The caller decodes the
-//! record (a file line, or a Kafka record's key and value) and hands the result in with its
-//! processing time; [`Step::record`] then
+//! It has two halves, because a pipeline that repartitions runs them in two places:
+//!
+//! * [`Front`] — one per **source** (an input partition; a file of `simulate`): it turns a
+//!   decoding failure into a `malformed` rejection, rejects an event time too far ahead of the
+//!   clock (`future_timestamp`, when a guard is set), and moves the source's watermark with each
+//!   event time. It reports that watermark, and whether the source is idle, as a
+//!   [`SourceWatermark`].
+//! * [`Back`] — one per **engine partition**: it passes events to the engine, which may call them
+//!   `late`, and moves the engine's watermark to what its sources report (the minimum over those
+//!   that are not idle; [`crate::windowing::watermark::Valve`]).
+//!
+//! [`Step`] joins them in one place: one `Back` and the `Front`s of its sources. For each record
+//! [`Step::record`]
 //!
 //! 1. lets processing time fire due early panes;
 //! 2. turns a decoding failure into a `malformed` rejection;
 //! 3. rejects an event time too far ahead of the clock (`future_timestamp`), when a guard is set;
 //! 4. passes the event to the engine, which may call it `late`;
-//! 5. moves the watermark with the event time;
+//! 5. moves the source's watermark with the event time, and the engine's with its sources';
 //! 6. returns the fired panes and the rejection, if any.
 //!
-//! Rejections become dead letters; how they are written (a JSON line, a Kafka record with
+//! `simulate` runs a `Step` over its files, and so does `run` over an input partition when the
+//! input is already partitioned by the grouping key. When it is not, `run` runs each input
+//! partition's `Front` in the first stage and each repartition partition's `Back` in the second,
+//! with the events and the watermark reports travelling through the repartition topic between
+//! them. Rejections become dead letters; how they are written (a JSON line, a Kafka record with
 //! headers) is the caller's business, as are offsets, headers and transactions. The step imports
-//! nothing but the windowing core, so "run computes what simulate computes" holds by construction.
+//! nothing but the windowing core, so "run computes what simulate computes" holds by
+//! construction.
 
 use crate::state::store::StateStore;
 use crate::windowing::engine::{Admission, Engine, EngineError, Pane};
 use crate::windowing::spec::{EngineSpec, Event};
-use crate::windowing::watermark::WatermarkTracker;
+use crate::windowing::watermark::{SourceWatermark, WatermarkSpec, WatermarkTracker};
 
 /// Why a record is rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +44,9 @@ pub enum Reason {
     FutureTimestamp,
     /// Every window of the event has expired (or, with late firing `none`, has fired).
     Late,
+    /// The record's Kafka key is not its grouping key, on an input declared to be partitioned by
+    /// it.
+    KeyMismatch,
 }
 
 impl Reason {
@@ -38,6 +56,7 @@ impl Reason {
             Reason::Malformed => "malformed",
             Reason::FutureTimestamp => "future_timestamp",
             Reason::Late => "late",
+            Reason::KeyMismatch => "key_mismatch",
         }
     }
 }
@@ -68,115 +87,158 @@ pub struct Outcome {
     pub behind_watermark_ms: Option<i64>,
 }
 
-/// One partition's record step: its engine and watermark tracker.
-#[derive(Debug)]
-pub struct Step {
-    engine: Engine,
-    tracker: WatermarkTracker,
-    max_future_skew: Option<i64>,
+/// What the front half made of a record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Checked {
+    /// An event, for the engine.
+    Event(Event),
+    /// A rejection (malformed, or from the future), with the event time when it decoded.
+    Rejected {
+        /// Why.
+        reason: Reason,
+        /// A sentence for people.
+        detail: String,
+        /// The event time, when the record decoded.
+        event_time: Option<i64>,
+    },
 }
 
-impl Step {
-    /// Opens `partition`'s engine from `store`; the watermark resumes from the one stored with
-    /// the state, so replayed records are judged as they were the first time. `max_future_skew`
-    /// (ms) guards against event times ahead of the processing-time clock; `None` turns it off.
-    pub fn open(
-        spec: &EngineSpec,
-        store: &StateStore,
-        partition: i32,
-        max_future_skew: Option<i64>,
-    ) -> Result<Step, EngineError> {
-        let engine = Engine::open(spec, store, partition)?;
-        let tracker = WatermarkTracker::resume(spec.watermark, engine.watermark());
-        Ok(Step::new(engine, tracker, max_future_skew))
-    }
+/// The front half of the step for one source: checks records and tracks the source's watermark.
+#[derive(Debug, Clone)]
+pub struct Front {
+    tracker: WatermarkTracker,
+    max_future_skew: Option<i64>,
+    /// Processing time the front started: a source without records is idle this long after it.
+    since: i64,
+}
 
-    /// A step over an opened engine and a tracker (an abort puts back the committed tracker).
-    pub fn new(engine: Engine, tracker: WatermarkTracker, max_future_skew: Option<i64>) -> Step {
-        Step {
-            engine,
-            tracker,
+impl Front {
+    /// A front resuming at watermark `wm` (`i64::MIN` for none), started at processing time
+    /// `since`. `max_future_skew` (ms) guards against event times ahead of the processing-time
+    /// clock; `None` turns it off.
+    pub fn resume(spec: WatermarkSpec, wm: i64, max_future_skew: Option<i64>, since: i64) -> Front {
+        Front {
+            tracker: WatermarkTracker::resume(spec, wm),
             max_future_skew,
+            since,
         }
     }
 
-    /// Processes one record, decoded or not (`Err` holds why it did not decode), at processing
-    /// time `now`.
-    pub fn record(
-        &mut self,
-        decoded: Result<Event, String>,
-        now: i64,
-    ) -> Result<Outcome, EngineError> {
-        // 1. Processing time first: early panes due by now fire before the record counts.
-        self.engine.advance_processing_time(now)?;
-        let wm = self.engine.watermark();
-        let watermark = (wm != i64::MIN).then_some(wm);
-        let mut out = Outcome::default();
-        let reject = |reason, detail, event_time, late_by_ms| Rejection {
-            reason,
-            detail,
-            watermark,
-            event_time,
-            late_by_ms,
-        };
+    /// Checks a record, decoded or not (`Err` holds why it did not decode), at processing time
+    /// `now`; an event moves the source's watermark.
+    pub fn check(&mut self, decoded: Result<Event, String>, now: i64) -> Checked {
         match decoded {
-            // 2. Not an event.
-            Err(detail) => out.rejection = Some(reject(Reason::Malformed, detail, None, None)),
+            Err(detail) => Checked::Rejected {
+                reason: Reason::Malformed,
+                detail,
+                event_time: None,
+            },
             Ok(ev) => match self.max_future_skew {
-                // 3. From the future.
-                Some(skew) if ev.ts > now.saturating_add(skew) => {
-                    let detail = format!(
+                Some(skew) if ev.ts > now.saturating_add(skew) => Checked::Rejected {
+                    reason: Reason::FutureTimestamp,
+                    detail: format!(
                         "event time {} is more than {skew} ms ahead of the wall clock {now}",
                         ev.ts
-                    );
-                    out.rejection =
-                        Some(reject(Reason::FutureTimestamp, detail, Some(ev.ts), None));
-                }
+                    ),
+                    event_time: Some(ev.ts),
+                },
                 _ => {
-                    if wm != i64::MIN && ev.ts < wm {
-                        out.behind_watermark_ms = Some(wm - ev.ts);
-                    }
-                    // 4. The engine admits the event or calls it late.
-                    if let Admission::Late { watermark } = self.engine.process(&ev)? {
-                        let detail = format!(
-                            "every window of event time {} has expired at watermark {watermark}",
-                            ev.ts
-                        );
-                        let late_by = watermark.saturating_sub(ev.ts);
-                        out.rejection =
-                            Some(reject(Reason::Late, detail, Some(ev.ts), Some(late_by)));
-                    }
-                    // 5. The event moves the watermark.
-                    let wm = self.tracker.on_record(ev.ts, now);
-                    self.engine.advance_watermark(wm)?;
+                    self.tracker.on_record(ev.ts, now);
+                    Checked::Event(ev)
                 }
             },
         }
-        // 6. What fired.
-        out.panes = self.engine.take_panes();
-        Ok(out)
     }
 
-    /// Lets processing time move: early firings, and the watermark of an idle input. Returns the
-    /// panes that fired.
-    pub fn tick(&mut self, now: i64) -> Result<Vec<Pane>, EngineError> {
-        self.engine.advance_processing_time(now)?;
-        let wm = self.tracker.on_processing_time(now);
-        self.engine.advance_watermark(wm)?;
-        Ok(self.engine.take_panes())
+    /// Lets processing time reach `now` (an idle source's watermark follows it).
+    pub fn tick(&mut self, now: i64) {
+        self.tracker.on_processing_time(now);
     }
 
-    /// Sets the watermark by hand (from then on only this moves it). Returns the panes that fired.
-    pub fn set_watermark(&mut self, ms: i64) -> Result<Vec<Pane>, EngineError> {
-        let wm = self.tracker.set_manual(ms);
-        self.engine.advance_watermark(wm)?;
-        Ok(self.engine.take_panes())
+    /// Sets the source's watermark by hand (from then on only this moves it).
+    pub fn set_manual(&mut self, ms: i64) {
+        self.tracker.set_manual(ms);
     }
 
-    /// End of input: the watermark goes to plus infinity. Returns the panes that fired.
-    pub fn finish(&mut self) -> Result<Vec<Pane>, EngineError> {
-        self.engine.finish()?;
-        Ok(self.engine.take_panes())
+    /// What the source reports at `now`; it is idle only when `caught_up` (no records wait to be
+    /// read) and silent for the idle timeout.
+    pub fn report(&self, now: i64, caught_up: bool) -> SourceWatermark {
+        self.tracker.report(now, self.since, caught_up)
+    }
+
+    /// The source's watermark.
+    pub fn watermark(&self) -> i64 {
+        self.tracker.current()
+    }
+}
+
+/// The back half of the step for one engine partition: the engine and its watermark sources.
+#[derive(Debug)]
+pub struct Back {
+    engine: Engine,
+}
+
+impl Back {
+    /// Opens `partition`'s engine from `store`; `sources` are the watermark sources it must hear
+    /// from before its watermark can pass them. The watermark resumes from the one stored with
+    /// the state, so replayed records are judged as they were the first time.
+    pub fn open<'a>(
+        spec: &EngineSpec,
+        store: &StateStore,
+        partition: i32,
+        sources: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Back, EngineError> {
+        let mut engine = Engine::open(spec, store, partition)?;
+        engine.expect_sources(sources);
+        Ok(Back { engine })
+    }
+
+    /// Lets processing time reach `now`: due early panes fire.
+    pub fn clock(&mut self, now: i64) -> Result<(), EngineError> {
+        self.engine.advance_processing_time(now)
+    }
+
+    /// Passes an event to the engine: `Ok((rejection, behind))`, where the rejection is set when
+    /// the event is late and `behind` says how far behind the watermark it was, if it was.
+    pub fn process(&mut self, ev: &Event) -> Result<(Option<Rejection>, Option<i64>), EngineError> {
+        let wm = self.engine.watermark();
+        let behind = (wm != i64::MIN && ev.ts < wm).then(|| wm - ev.ts);
+        let rejection = match self.engine.process(ev)? {
+            Admission::Accepted => None,
+            Admission::Late { watermark } => Some(Rejection {
+                reason: Reason::Late,
+                detail: format!(
+                    "every window of event time {} has expired at watermark {watermark}",
+                    ev.ts
+                ),
+                watermark: Some(watermark),
+                event_time: Some(ev.ts),
+                late_by_ms: Some(watermark.saturating_sub(ev.ts)),
+            }),
+        };
+        Ok((rejection, behind))
+    }
+
+    /// Takes a source's report and moves the watermark to what the sources say at `now`.
+    pub fn report(
+        &mut self,
+        source: &str,
+        report: SourceWatermark,
+        now: i64,
+    ) -> Result<(), EngineError> {
+        self.engine.report_source(source, report);
+        self.engine.advance_to_sources(now)
+    }
+
+    /// Lets processing time reach `now`: early panes, and the watermark of idle sources.
+    pub fn tick(&mut self, now: i64) -> Result<(), EngineError> {
+        self.clock(now)?;
+        self.engine.advance_to_sources(now)
+    }
+
+    /// The panes fired since the last call, in order.
+    pub fn take_panes(&mut self) -> Vec<Pane> {
+        self.engine.take_panes()
     }
 
     /// The engine (state changes, statistics, the watermark).
@@ -188,9 +250,173 @@ impl Step {
     pub fn engine_mut(&mut self) -> &mut Engine {
         &mut self.engine
     }
+}
 
-    /// The watermark tracker (kept as of each commit, to put back on abort).
-    pub fn tracker(&self) -> &WatermarkTracker {
-        &self.tracker
+/// The whole step in one place: an engine partition and the fronts of its sources.
+#[derive(Debug)]
+pub struct Step {
+    back: Back,
+    /// The sources, by index: their names and fronts.
+    fronts: Vec<(String, Front)>,
+}
+
+impl Step {
+    /// Opens `partition`'s engine from `store` with the named sources, starting at processing
+    /// time `now`. Each source's watermark resumes from its report stored with the state; a
+    /// single source also resumes from the engine's stored watermark (state written before
+    /// sources were stored has only that).
+    pub fn open(
+        spec: &EngineSpec,
+        store: &StateStore,
+        partition: i32,
+        sources: &[String],
+        max_future_skew: Option<i64>,
+        now: i64,
+    ) -> Result<Step, EngineError> {
+        let mut back = Back::open(spec, store, partition, sources.iter().map(String::as_str))?;
+        let stored = back.engine.sources();
+        let engine_wm = back.engine.watermark();
+        let fronts = sources
+            .iter()
+            .map(|name| {
+                let mut wm = stored
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or(i64::MIN, |(_, r)| r.watermark);
+                if sources.len() == 1 {
+                    wm = wm.max(engine_wm);
+                }
+                let front = Front::resume(spec.watermark, wm, max_future_skew, now);
+                (name.clone(), front)
+            })
+            .collect();
+        Ok(Step { back, fronts })
+    }
+
+    /// Opens `partition`'s engine again from `store`, with the fronts of its sources as they
+    /// were (an abort puts back the fronts as of the last commit).
+    pub fn reopen(
+        spec: &EngineSpec,
+        store: &StateStore,
+        partition: i32,
+        fronts: Vec<(String, Front)>,
+    ) -> Result<Step, EngineError> {
+        let back = Back::open(
+            spec,
+            store,
+            partition,
+            fronts.iter().map(|(n, _)| n.as_str()),
+        )?;
+        Ok(Step { back, fronts })
+    }
+
+    /// Processes one record of source `source` (an index into the sources the step was opened
+    /// with), decoded or not (`Err` holds why it did not decode), at processing time `now`.
+    pub fn record(
+        &mut self,
+        source: usize,
+        decoded: Result<Event, String>,
+        now: i64,
+    ) -> Result<Outcome, EngineError> {
+        // 1. Processing time first: early panes due by now fire before the record counts.
+        self.back.clock(now)?;
+        let wm = self.back.engine.watermark();
+        let watermark = (wm != i64::MIN).then_some(wm);
+        let mut out = Outcome::default();
+        let (name, front) = &mut self.fronts[source];
+        // 2, 3. Not an event, or from the future.
+        match front.check(decoded, now) {
+            Checked::Rejected {
+                reason,
+                detail,
+                event_time,
+            } => {
+                out.rejection = Some(Rejection {
+                    reason,
+                    detail,
+                    watermark,
+                    event_time,
+                    late_by_ms: None,
+                });
+            }
+            Checked::Event(ev) => {
+                // 4. The engine admits the event or calls it late.
+                let (rejection, behind) = self.back.process(&ev)?;
+                out.rejection = rejection;
+                out.behind_watermark_ms = behind;
+                // 5. The event moved its source's watermark; the engine's follows its sources.
+                let report = front.report(now, true);
+                self.back.report(name, report, now)?;
+            }
+        }
+        // 6. What fired.
+        out.panes = self.back.take_panes();
+        Ok(out)
+    }
+
+    /// Lets processing time move: early firings, and the watermark of idle sources (a source is
+    /// idle only when `caught_up`). Returns the panes that fired.
+    pub fn tick(&mut self, now: i64, caught_up: bool) -> Result<Vec<Pane>, EngineError> {
+        self.back.clock(now)?;
+        for (name, front) in &mut self.fronts {
+            front.tick(now);
+            self.back
+                .engine
+                .report_source(name, front.report(now, caught_up));
+        }
+        self.back.engine.advance_to_sources(now)?;
+        Ok(self.back.take_panes())
+    }
+
+    /// Sets source `source`'s watermark by hand (from then on only this moves it). Returns the
+    /// panes that fired.
+    pub fn set_watermark(&mut self, source: usize, ms: i64) -> Result<Vec<Pane>, EngineError> {
+        let now = self.back.engine.processing_time();
+        let (name, front) = &mut self.fronts[source];
+        front.set_manual(ms);
+        let report = front.report(now, true);
+        self.back.report(name, report, now)?;
+        Ok(self.back.take_panes())
+    }
+
+    /// End of input: the watermark goes to plus infinity. Returns the panes that fired.
+    pub fn finish(&mut self) -> Result<Vec<Pane>, EngineError> {
+        self.back.engine.finish()?;
+        Ok(self.back.take_panes())
+    }
+
+    /// The engine (state changes, statistics, the watermark).
+    pub fn engine(&self) -> &Engine {
+        &self.back.engine
+    }
+
+    /// The engine, mutably (to take and write state changes, or flush).
+    pub fn engine_mut(&mut self) -> &mut Engine {
+        &mut self.back.engine
+    }
+
+    /// The back half (the second stage of the hop drives it directly).
+    pub fn back_mut(&mut self) -> &mut Back {
+        &mut self.back
+    }
+
+    /// Opens `partition`'s engine alone, with no front: its sources report from elsewhere (the
+    /// first stage of the hop, through the repartition topic).
+    pub fn open_back(
+        spec: &EngineSpec,
+        store: &StateStore,
+        partition: i32,
+        sources: &[String],
+    ) -> Result<Step, EngineError> {
+        let back = Back::open(spec, store, partition, sources.iter().map(String::as_str))?;
+        Ok(Step {
+            back,
+            fronts: Vec::new(),
+        })
+    }
+
+    /// The sources' fronts (kept as of each commit, to put back on abort).
+    pub fn fronts(&self) -> &[(String, Front)] {
+        &self.fronts
     }
 }

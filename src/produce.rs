@@ -37,6 +37,9 @@ pub struct ProduceOptions {
     pub late_share: f64,
     /// Share of records that are not valid events.
     pub malformed_share: f64,
+    /// Write records without a key, as round-robin producers do (the key field stays in the
+    /// value).
+    pub no_key: bool,
     /// What the events describe.
     pub kind: Kind,
     /// How they are encoded.
@@ -220,7 +223,10 @@ pub fn run(o: &ProduceOptions) -> Result<u64, ProduceError> {
                 Format::AvroConfluent(id) => crate::avro::encode_value(&schema, Some(id), avro)?,
             }
         };
-        let mut record = BaseRecord::to(&o.topic).key(&user).payload(&value);
+        let mut record = BaseRecord::to(&o.topic).payload(&value);
+        if !o.no_key {
+            record = record.key(&user);
+        }
         loop {
             match producer.send(record) {
                 Ok(()) => break,

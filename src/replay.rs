@@ -2,26 +2,33 @@
 //!
 //! 1. **Refuse while members run.** The pipeline's consumer group must have no members: a replay
 //!    is done with the pipeline stopped.
-//! 2. **Plan.** For every input partition: the committed offset now (read from the changelog's
-//!    committed transactions, as a restore reads it), the target offset (the partition's first
-//!    offset; the first offset whose timestamp is at or after a time; or one given), and how many
-//!    records will be processed again. `--dry-run` prints the plan and stops there.
+//! 2. **Plan.** For every input partition: the committed offset now (read from the committed
+//!    offset markers, as a restore reads it: the changelog's, or with the repartition hop the
+//!    offsets topic's), the target offset (the partition's first offset; the first offset whose
+//!    timestamp is at or after a time; or one given), and how many records will be processed
+//!    again. `--dry-run` prints the plan and stops there.
 //! 3. **Commit the reset in one transaction**, under the transactional id `<application_id>-replay`:
-//!    a reset marker and an offset marker (stamped with the target offset) in the changelog
-//!    partition of every partition that moves, an epoch marker in the others, and the new group
-//!    offsets. Every marker carries the new epoch (one more than the highest in the changelog) and
-//!    the pipeline's fingerprint. A replay killed before the commit leaves the old position (its
-//!    transaction never commits); after it, the new one. A restore ignores every changelog record
-//!    before the latest committed reset marker, so members that start afterwards begin from empty
-//!    state (local state written before the reset is dropped) at the target offsets, and stamp
-//!    their panes and dead letters with the new epoch.
+//!    a reset marker and an offset marker (stamped with the target offset) for every input
+//!    partition that moves, an epoch marker for the others, and the new group offsets. With the
+//!    repartition hop, every repartition partition is reset too: a reset and an offset marker in
+//!    its changelog partition stamped with the repartition topic's end, so the second stage
+//!    starts from empty state past everything written before, and reads only what the first
+//!    stage writes again. Every marker carries the new epoch (one more than the highest in the
+//!    log) and the pipeline's fingerprint. A replay killed before the commit leaves the old
+//!    position (its transaction never commits); after it, the new one. A restore ignores every
+//!    record before the latest committed reset marker, so members that start afterwards begin
+//!    from empty state (local state written before the reset is dropped) at the target offsets,
+//!    with watermarks that restart with the replayed data, and stamp their panes and dead letters
+//!    with the new epoch.
 
-use crate::config::PipelineSpec;
+use crate::config::{KafkaSpec, PipelineSpec};
 use crate::kafka::raw_log::RawLogError;
 use crate::state::changelog::{
-    committed_now, marker_headers, EPOCH_MARKER_KEY, OFFSET_MARKER_KEY, RESET_MARKER_KEY,
+    committed_now, marker_headers, marker_partition, source_marker_key, source_markers,
+    EPOCH_MARKER_KEY, MARKER_PARTITIONS_HEADER, OFFSET_MARKER_KEY, RESET_MARKER_KEY,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Header;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
@@ -32,6 +39,9 @@ use std::time::Duration;
 /// markers and before committing them: the tests kill it there.
 pub const PAUSE_ENV: &str = "TIDEMARK_REPLAY_PAUSE_MS";
 
+/// An input partition: (topic, partition).
+pub type InputPartition = (String, i32);
+
 /// Where the replay moves the input to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -39,27 +49,34 @@ pub enum Target {
     Earliest,
     /// The first offset whose timestamp is at or after this time (epoch ms), per partition.
     Time(i64),
-    /// Explicit offsets; partitions not named keep their position and state.
-    Offsets(BTreeMap<i32, i64>),
+    /// Explicit offsets by (topic, partition), the topic `None` for the only input topic;
+    /// partitions not named keep their position and state (not with the repartition hop, which
+    /// needs every partition named).
+    Offsets(BTreeMap<(Option<String>, i32), i64>),
 }
 
 impl Target {
-    /// Parses `--to-offsets P:O[,P:O...]`.
+    /// Parses `--to-offsets [TOPIC/]PARTITION:OFFSET[,...]`.
     pub fn parse_offsets(text: &str) -> Result<Target, ReplayError> {
         let mut out = BTreeMap::new();
         for item in text.split(',').filter(|s| !s.trim().is_empty()) {
-            let parsed = item.split_once(':').and_then(|(p, o)| {
-                Some((p.trim().parse::<i32>().ok()?, o.trim().parse::<i64>().ok()?))
+            let parsed = item.split_once(':').and_then(|(tp, o)| {
+                let (topic, p) = match tp.trim().rsplit_once('/') {
+                    Some((t, p)) if !t.is_empty() => (Some(t.to_string()), p),
+                    Some(_) => return None,
+                    None => (None, tp.trim()),
+                };
+                Some((topic, p.parse::<i32>().ok()?, o.trim().parse::<i64>().ok()?))
             });
             match parsed {
-                Some((p, o)) if p >= 0 && o >= 0 => {
-                    if out.insert(p, o).is_some() {
+                Some((topic, p, o)) if p >= 0 && o >= 0 => {
+                    if out.insert((topic, p), o).is_some() {
                         return Err(ReplayError::Target(format!("partition {p} is named twice")));
                     }
                 }
                 _ => {
                     return Err(ReplayError::Target(format!(
-                        "{item:?} is not PARTITION:OFFSET (both non-negative integers)"
+                        "{item:?} is not [TOPIC/]PARTITION:OFFSET (both non-negative integers)"
                     )))
                 }
             }
@@ -90,8 +107,8 @@ pub enum ReplayError {
     /// The target cannot be applied.
     #[error("{0}")]
     Target(String),
-    /// Reading the changelog failed.
-    #[error("reading the changelog: {0}")]
+    /// Reading the log failed.
+    #[error("reading the log: {0}")]
     Read(#[from] RawLogError),
     /// A Kafka call failed.
     #[error("{0}")]
@@ -111,9 +128,11 @@ impl ReplayError {
 /// One input partition in the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanRow {
+    /// The input topic.
+    pub topic: String,
     /// The input partition.
     pub partition: i32,
-    /// The committed offset now, from the changelog (`None`: nothing committed yet).
+    /// The committed offset now, from the log (`None`: nothing committed yet).
     pub committed: Option<i64>,
     /// Where the partition will be read from (its committed offset when it does not move).
     pub target: i64,
@@ -141,7 +160,10 @@ pub struct Plan {
     pub group: String,
     /// One row per input partition.
     pub rows: Vec<PlanRow>,
-    /// The epoch the replay starts (one more than the highest in the changelog).
+    /// With the repartition hop: the repartition topic's end per partition, where the second
+    /// stage starts again.
+    pub repartition_ends: BTreeMap<i32, i64>,
+    /// The epoch the replay starts (one more than the highest in the log).
     pub epoch: u64,
     /// The fingerprint of the pipeline file the replay runs with.
     pub fingerprint: String,
@@ -156,8 +178,8 @@ impl Plan {
         );
         let _ = writeln!(
             out,
-            "{:>9} {:>14} {:>14} {:>12} {:>12}",
-            "partition", "committed now", "target", "reprocess", "log end"
+            "{:<24} {:>14} {:>14} {:>12} {:>12}",
+            "input partition", "committed now", "target", "reprocess", "log end"
         );
         for r in &self.rows {
             let committed = r.committed.map_or("-".to_string(), |c| c.to_string());
@@ -168,12 +190,19 @@ impl Plan {
             };
             let _ = writeln!(
                 out,
-                "{:>9} {:>14} {:>14} {:>12} {:>12}",
-                r.partition,
+                "{:<24} {:>14} {:>14} {:>12} {:>12}",
+                format!("{}/{}", r.topic, r.partition),
                 committed,
                 target,
                 r.reprocess(),
                 r.end
+            );
+        }
+        if !self.repartition_ends.is_empty() {
+            let _ = writeln!(
+                out,
+                "the second stage restarts empty on all {} repartition partitions, past what they hold",
+                self.repartition_ends.len()
             );
         }
         out
@@ -206,19 +235,11 @@ fn check_group_is_empty(consumer: &BaseConsumer, group: &str) -> Result<(), Repl
     }
 }
 
-/// Works out the plan: refuses while the group has members, reads the committed offsets and
-/// epochs from the changelog, and resolves the target of every input partition.
-pub fn plan(spec: &PipelineSpec, target: &Target) -> Result<Plan, ReplayError> {
-    let k = spec.kafka.as_ref().ok_or(ReplayError::NoKafka)?;
-    let consumer: BaseConsumer = crate::source::base_config(k)
-        .set("group.id", &k.application_id)
-        .create()
-        .map_err(kafka_err("creating a client"))?;
-    check_group_is_empty(&consumer, &k.application_id)?;
-    let timeout = Duration::from_secs(10);
+/// The partitions of `topic`, or a refusal when it does not exist.
+fn partitions_of(consumer: &BaseConsumer, topic: &str) -> Result<Vec<i32>, ReplayError> {
     let meta = consumer
-        .fetch_metadata(Some(&k.input_topic), timeout)
-        .map_err(kafka_err("reading the input topic's metadata"))?;
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(kafka_err("reading topic metadata"))?;
     let partitions: Vec<i32> = meta
         .topics()
         .first()
@@ -226,31 +247,86 @@ pub fn plan(spec: &PipelineSpec, target: &Target) -> Result<Plan, ReplayError> {
         .map(|t| t.partitions().iter().map(|p| p.id()).collect())
         .unwrap_or_default();
     if partitions.is_empty() {
-        return Err(ReplayError::Target(format!(
-            "input topic {} does not exist",
-            k.input_topic
-        )));
+        return Err(ReplayError::Target(format!("topic {topic} does not exist")));
     }
+    Ok(partitions)
+}
+
+/// The committed offset and lineage of input partition `topic`/`p` now, from its offset markers.
+fn committed_input(
+    k: &KafkaSpec,
+    offsets_partitions: i32,
+    topic: &str,
+    p: i32,
+) -> Result<(Option<i64>, crate::state::store::Lineage), RawLogError> {
+    if k.repartition {
+        let (m, _) = source_markers(
+            &k.bootstrap_servers,
+            &k.offsets_topic,
+            marker_partition(p, offsets_partitions),
+            offsets_partitions,
+            topic,
+            p,
+        )?;
+        Ok((m.committed, m.lineage))
+    } else {
+        committed_now(&k.bootstrap_servers, &k.changelog_topic, p)
+    }
+}
+
+/// Works out the plan: refuses while the group has members, reads the committed offsets and
+/// epochs from the log, and resolves the target of every input partition.
+pub fn plan(spec: &PipelineSpec, target: &Target) -> Result<Plan, ReplayError> {
+    let k = spec.kafka.as_ref().ok_or(ReplayError::NoKafka)?;
+    let consumer: BaseConsumer = crate::source::base_config(k)
+        .set("group.id", &k.application_id)
+        .set("isolation.level", "read_uncommitted")
+        .create()
+        .map_err(kafka_err("creating a client"))?;
+    check_group_is_empty(&consumer, &k.application_id)?;
+    let timeout = Duration::from_secs(10);
+    let mut inputs: Vec<InputPartition> = Vec::new();
+    for t in &k.input_topics {
+        for p in partitions_of(&consumer, t)? {
+            inputs.push((t.clone(), p));
+        }
+    }
+    // Offsets named: resolve each to an input partition.
+    let mut named: BTreeMap<InputPartition, i64> = BTreeMap::new();
     if let Target::Offsets(offsets) = target {
-        let unknown: Vec<String> = offsets
-            .keys()
-            .filter(|p| !partitions.contains(p))
-            .map(|p| p.to_string())
-            .collect();
-        if !unknown.is_empty() {
-            return Err(ReplayError::Target(format!(
-                "input topic {} has no partition {}",
-                k.input_topic,
-                unknown.join(", ")
-            )));
+        for ((topic, p), o) in offsets {
+            let topic = match topic {
+                Some(t) => t.clone(),
+                None if k.input_topics.len() == 1 => k.input_topics[0].clone(),
+                None => {
+                    return Err(ReplayError::Target(format!(
+                        "partition {p}: name its topic (TOPIC/{p}:{o}); the pipeline reads {}",
+                        k.input_topics.join(", ")
+                    )))
+                }
+            };
+            if !inputs.contains(&(topic.clone(), *p)) {
+                return Err(ReplayError::Target(format!(
+                    "{topic}/{p} is not an input partition of this pipeline"
+                )));
+            }
+            named.insert((topic, *p), *o);
+        }
+        if k.repartition && named.len() < inputs.len() {
+            return Err(ReplayError::Target(
+                "with the repartition hop every input partition feeds every window, so a replay \
+                 resets all of them: name every input partition in --to-offsets, or use \
+                 --to-earliest, --to-datetime or --by-duration"
+                    .into(),
+            ));
         }
     }
     // Timestamps to offsets, in one request.
-    let by_time = match target {
+    let by_time: BTreeMap<InputPartition, Offset> = match target {
         Target::Time(ms) => {
             let mut tpl = TopicPartitionList::new();
-            for &p in &partitions {
-                tpl.add_partition_offset(&k.input_topic, p, Offset::Offset(*ms))
+            for (t, p) in &inputs {
+                tpl.add_partition_offset(t, *p, Offset::Offset(*ms))
                     .map_err(kafka_err("building the request"))?;
             }
             let found = consumer
@@ -259,36 +335,45 @@ pub fn plan(spec: &PipelineSpec, target: &Target) -> Result<Plan, ReplayError> {
             found
                 .elements()
                 .iter()
-                .map(|e| (e.partition(), e.offset()))
-                .collect::<BTreeMap<i32, Offset>>()
+                .map(|e| ((e.topic().to_string(), e.partition()), e.offset()))
+                .collect()
         }
         _ => BTreeMap::new(),
+    };
+    let offsets_partitions = if k.repartition {
+        partitions_of(&consumer, &k.offsets_topic)
+            .map(|ps| ps.len() as i32)
+            .unwrap_or(1)
+    } else {
+        0
     };
     let fingerprint = spec.fingerprint();
     let mut rows = Vec::new();
     let mut epoch = 0;
     let mut other_definition = false;
-    for &p in &partitions {
+    for (topic, p) in &inputs {
+        let p = *p;
         let (low, high) = consumer
-            .fetch_watermarks(&k.input_topic, p, timeout)
+            .fetch_watermarks(topic, p, timeout)
             .map_err(kafka_err("reading the input's offsets"))?;
-        let (committed, lineage) = committed_now(&k.bootstrap_servers, &k.changelog_topic, p)?;
+        let (committed, lineage) = committed_input(k, offsets_partitions, topic, p)?;
         epoch = epoch.max(lineage.epoch);
         other_definition |= lineage
             .fingerprint
             .as_ref()
             .is_some_and(|f| *f != fingerprint);
+        let key = (topic.clone(), p);
         let (target, moves) = match target {
             Target::Earliest => (low, true),
-            Target::Time(_) => match by_time.get(&p) {
+            Target::Time(_) => match by_time.get(&key) {
                 Some(Offset::Offset(o)) => (*o, true),
                 // No record at or after the time: nothing to read again.
                 _ => (high, true),
             },
-            Target::Offsets(offsets) => match offsets.get(&p) {
+            Target::Offsets(_) => match named.get(&key) {
                 Some(&o) if o < low || o > high => {
                     return Err(ReplayError::Target(format!(
-                        "offset {o} of partition {p} is outside the log ({low}..{high})"
+                        "offset {o} of {topic}/{p} is outside the log ({low}..{high})"
                     )))
                 }
                 Some(&o) => (o, true),
@@ -296,12 +381,27 @@ pub fn plan(spec: &PipelineSpec, target: &Target) -> Result<Plan, ReplayError> {
             },
         };
         rows.push(PlanRow {
+            topic: topic.clone(),
             partition: p,
             committed,
             target,
             end: high,
             moves,
         });
+    }
+    // With the hop, the second stage restarts empty past everything the repartition topic holds.
+    let mut repartition_ends = BTreeMap::new();
+    if k.repartition {
+        if let Ok(parts) = partitions_of(&consumer, &k.repartition_topic) {
+            for r in parts {
+                let (_, high) = consumer
+                    .fetch_watermarks(&k.repartition_topic, r, timeout)
+                    .map_err(kafka_err("reading the repartition topic's end"))?;
+                let (_, lineage) = committed_now(&k.bootstrap_servers, &k.changelog_topic, r)?;
+                epoch = epoch.max(lineage.epoch);
+                repartition_ends.insert(r, high);
+            }
+        }
     }
     if other_definition && rows.iter().any(|r| !r.moves) {
         return Err(ReplayError::Target(
@@ -314,6 +414,7 @@ pub fn plan(spec: &PipelineSpec, target: &Target) -> Result<Plan, ReplayError> {
     Ok(Plan {
         group: k.application_id.clone(),
         rows,
+        repartition_ends,
         epoch: epoch + 1,
         fingerprint,
     })
@@ -334,45 +435,111 @@ pub fn commit(spec: &PipelineSpec, plan: &Plan) -> Result<(), ReplayError> {
     producer
         .begin_transaction()
         .map_err(kafka_err("begin_transaction"))?;
+    let offsets_partitions = if k.repartition {
+        let consumer: BaseConsumer = crate::source::base_config(k)
+            .create()
+            .map_err(kafka_err("creating a client"))?;
+        partitions_of(&consumer, &k.offsets_topic)
+            .map(|ps| ps.len() as i32)
+            .unwrap_or(1)
+    } else {
+        0
+    };
+    // One marker: into the changelog partition of the input partition (no hop), or into the
+    // offsets topic under the input partition's own key (the hop).
+    let send_marker = |marker: &[u8], topic: &str, p: i32, value: &[u8], stamp: Option<i64>| {
+        let headers = marker_headers(stamp, plan.epoch, &plan.fingerprint);
+        let (target_topic, partition, key) = if k.repartition {
+            (
+                k.offsets_topic.as_str(),
+                marker_partition(p, offsets_partitions),
+                source_marker_key(marker, topic, p),
+            )
+        } else {
+            (k.changelog_topic.as_str(), p, marker.to_vec())
+        };
+        let headers = if k.repartition {
+            headers.insert(Header {
+                key: MARKER_PARTITIONS_HEADER,
+                value: Some(&offsets_partitions.to_string()),
+            })
+        } else {
+            headers
+        };
+        let record = BaseRecord::<[u8], [u8]>::to(target_topic)
+            .partition(partition)
+            .key(key.as_slice())
+            .payload(value)
+            .headers(headers);
+        producer
+            .send(record)
+            .map_err(|(e, _)| ReplayError::Kafka(format!("producing a marker: {e}")))
+    };
     let mut offsets = TopicPartitionList::new();
     for r in &plan.rows {
-        let send = |key: &[u8], value: &[u8], stamp: Option<i64>| {
-            let record = BaseRecord::<[u8], [u8]>::to(&k.changelog_topic)
-                .partition(r.partition)
-                .key(key)
-                .payload(value)
-                .headers(marker_headers(stamp, plan.epoch, &plan.fingerprint));
-            producer
-                .send(record)
-                .map_err(|(e, _)| ReplayError::Kafka(format!("producing a marker: {e}")))
-        };
         if r.moves {
             let about = format!(
                 "{{\"epoch\":{},\"target\":{},\"fingerprint\":\"{}\"}}",
                 plan.epoch, r.target, plan.fingerprint
             );
-            send(RESET_MARKER_KEY, about.as_bytes(), Some(r.target))?;
-            send(
+            let stamp = Some(r.target);
+            send_marker(
+                RESET_MARKER_KEY,
+                &r.topic,
+                r.partition,
+                about.as_bytes(),
+                stamp,
+            )?;
+            let target = r.target.to_string();
+            send_marker(
                 OFFSET_MARKER_KEY,
-                r.target.to_string().as_bytes(),
-                Some(r.target),
+                &r.topic,
+                r.partition,
+                target.as_bytes(),
+                stamp,
             )?;
             offsets
-                .add_partition_offset(&k.input_topic, r.partition, Offset::Offset(r.target))
+                .add_partition_offset(&r.topic, r.partition, Offset::Offset(r.target))
                 .map_err(kafka_err("building the group offsets"))?;
         } else {
-            send(
+            let epoch = plan.epoch.to_string();
+            send_marker(
                 EPOCH_MARKER_KEY,
-                plan.epoch.to_string().as_bytes(),
+                &r.topic,
+                r.partition,
+                epoch.as_bytes(),
                 r.committed,
             )?;
         }
+    }
+    // The hop's second stage: every repartition partition starts again, empty, at its end.
+    for (&r, &end) in &plan.repartition_ends {
+        let about = format!(
+            "{{\"epoch\":{},\"target\":{end},\"fingerprint\":\"{}\"}}",
+            plan.epoch, plan.fingerprint
+        );
+        for (key, value) in [
+            (RESET_MARKER_KEY, about),
+            (OFFSET_MARKER_KEY, end.to_string()),
+        ] {
+            let record = BaseRecord::<[u8], [u8]>::to(&k.changelog_topic)
+                .partition(r)
+                .key(key)
+                .payload(value.as_bytes())
+                .headers(marker_headers(Some(end), plan.epoch, &plan.fingerprint));
+            producer
+                .send(record)
+                .map_err(|(e, _)| ReplayError::Kafka(format!("producing a marker: {e}")))?;
+        }
+        offsets
+            .add_partition_offset(&k.repartition_topic, r, Offset::Offset(end))
+            .map_err(kafka_err("building the group offsets"))?;
     }
     producer
         .flush(timeout)
         .map_err(kafka_err("delivering the markers"))?;
     if offsets.count() > 0 {
-        // The group offsets too (a hint for tools; the changelog's markers rule).
+        // The group offsets too (a hint for tools; the log's markers rule).
         let consumer: BaseConsumer = crate::source::base_config(k)
             .set("group.id", &k.application_id)
             .create()

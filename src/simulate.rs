@@ -1,18 +1,33 @@
-//! `tidemark simulate`: runs a pipeline over a file of events, deterministically, without Kafka.
+//! `tidemark simulate`: runs a pipeline over files of records, deterministically, without Kafka.
 //!
-//! Each input line is an event as it would appear on the topic, or a control line:
-//! `{"$watermark": MS}` sets the watermark (from the first such line on, only these lines move it)
-//! and `{"$advance_processing_time": MS}` moves the processing-time clock (which starts at 0)
-//! forward. At end of input the watermark goes to plus infinity, so every remaining window fires.
+//! Each input line is a record as it would appear on the topic, or a control line. Records are
+//! decoded by the decoder `tidemark run` uses ([`crate::source::decode::Decoder`]): under JSON
+//! input each line is the record's value; under Avro input each line is the **base64** of the
+//! value's bytes (a plain datum, or Confluent-framed), and Confluent schema ids resolve against
+//! `input.schema_ids` or the Schema Registry, as in `run`. Control lines are JSON objects:
+//! `{"$watermark": MS}` sets the watermark of the input it appears in (from then on only such lines
+//! move it) and `{"$advance_processing_time": MS}` moves the processing-time clock (which starts
+//! at 0) forward. At end of input the watermark goes to plus infinity, so every remaining window
+//! fires.
+//!
+//! **Several inputs** (`--input` more than once) are several watermark sources, as the input
+//! partitions of a pipeline that repartitions are: the engine's watermark is the minimum over the
+//! inputs that are not idle (see [`crate::windowing::watermark`]). They are read in turns, one
+//! line of each input in the order given, skipping inputs that have ended, so a run is
+//! reproducible byte for byte. An input that has ended keeps its watermark (it is idle only once
+//! processing time has moved past its last record by the idle timeout).
+//!
 //! Panes are written as JSON lines; dead letters (reason `late` or `malformed`) carry the original
-//! line, its number and the watermark when it arrived. No input line stops a simulation: a line
-//! that is not valid UTF-8 is a `malformed` dead letter that also keeps its bytes
-//! (`original_base64`).
+//! line, its number (and its input's name when there are several) and the watermark when it
+//! arrived. No input line stops a simulation: a line that is not valid UTF-8 is a `malformed`
+//! dead letter that also keeps its bytes (`original_base64`).
 
+use crate::avro::SchemaRegistry;
 use crate::config::PipelineSpec;
+use crate::format::pane;
 use crate::pipeline::{Reason, Rejection, Step};
-use crate::record::JsonDecoder;
-use crate::sink::json::encode_pane;
+use crate::record::DecodeError;
+use crate::source::decode::Decoder;
 use crate::state::store::StateStore;
 use crate::windowing::aggregate::AggSpec;
 use crate::windowing::engine::{EngineError, Pane};
@@ -34,6 +49,9 @@ pub enum SimulateError {
     /// The engine (its state store) failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The decoder could not be built, or a service it needs (the Schema Registry) is down.
+    #[error("decoder: {0}")]
+    Decoder(String),
 }
 
 /// What a simulation did.
@@ -49,6 +67,25 @@ pub struct Summary {
     pub late: u64,
     /// Dead letters written, reason `malformed`.
     pub malformed: u64,
+}
+
+/// One input of a simulation: its name (in dead letters, and as the watermark source) and its
+/// lines.
+pub struct Input<'a> {
+    /// The input's name.
+    pub name: String,
+    /// Its lines.
+    pub reader: Box<dyn BufRead + 'a>,
+}
+
+impl<'a> Input<'a> {
+    /// An input named `name` over `reader`.
+    pub fn new(name: impl Into<String>, reader: impl BufRead + 'a) -> Input<'a> {
+        Input {
+            name: name.into(),
+            reader: Box::new(reader),
+        }
+    }
 }
 
 /// Why a control line was rejected.
@@ -84,8 +121,53 @@ fn control(v: &Value) -> Option<Result<Control, String>> {
     })
 }
 
-/// Runs `spec` over `input`, writing panes to `panes` and dead letters to `dead_letters`. Every
-/// line goes through the same [`Step`] as a record of `tidemark run`.
+/// What a line is.
+enum Line {
+    /// A control line, or why it is not a valid one.
+    Control(Result<Control, String>),
+    /// A record that decoded or did not.
+    Record(Result<crate::record::Event, String>),
+}
+
+/// Reads one line: control lines are recognised by their `$` keys (JSON input) or as the JSON
+/// objects among base64 lines (Avro input); everything else goes through the run decoder.
+fn classify(decoder: &mut Decoder, line: &str, avro: bool) -> Result<Line, SimulateError> {
+    let maybe_control = if avro {
+        line.trim_start().starts_with('{')
+    } else {
+        line.contains("\"$watermark\"") || line.contains("\"$advance_processing_time\"")
+    };
+    if maybe_control {
+        match serde_json::from_str::<Value>(line) {
+            Ok(v) => match control(&v) {
+                Some(c) => return Ok(Line::Control(c)),
+                None if avro => {
+                    return Ok(Line::Record(Err(
+                        "a JSON line among Avro records is not a control line".to_string(),
+                    )))
+                }
+                None => {}
+            },
+            Err(e) if avro => return Ok(Line::Record(Err(format!("not JSON: {e}")))),
+            Err(_) => {}
+        }
+    }
+    let bytes = if avro {
+        match BASE64.decode(line.trim()) {
+            Ok(b) => b,
+            Err(e) => return Ok(Line::Record(Err(format!("not base64: {e}")))),
+        }
+    } else {
+        line.as_bytes().to_vec()
+    };
+    match decoder.decode(&bytes) {
+        Ok(ev) => Ok(Line::Record(Ok(ev))),
+        Err(DecodeError::Unavailable(e)) => Err(SimulateError::Decoder(e)),
+        Err(e) => Ok(Line::Record(Err(e.to_string()))),
+    }
+}
+
+/// Runs `spec` over one input, writing panes to `panes` and dead letters to `dead_letters`.
 pub fn run(
     spec: &PipelineSpec,
     store: &StateStore,
@@ -93,14 +175,45 @@ pub fn run(
     panes: &mut dyn Write,
     dead_letters: &mut dyn Write,
 ) -> Result<Summary, SimulateError> {
+    run_inputs(
+        spec,
+        store,
+        vec![Input::new("input", input)],
+        panes,
+        dead_letters,
+    )
+}
+
+/// Runs `spec` over several inputs read in turns, writing panes to `panes` and dead letters to
+/// `dead_letters`. Every record goes through the same [`Step`] as a record of `tidemark run`.
+pub fn run_inputs(
+    spec: &PipelineSpec,
+    store: &StateStore,
+    mut inputs: Vec<Input<'_>>,
+    panes: &mut dyn Write,
+    dead_letters: &mut dyn Write,
+) -> Result<Summary, SimulateError> {
+    let registry = match &spec.schema_registry {
+        None => None,
+        Some(url) => {
+            Some(SchemaRegistry::connect(url).map_err(|e| SimulateError::Decoder(e.to_string()))?)
+        }
+    };
+    let mut decoder =
+        Decoder::for_spec(spec, registry).map_err(|e| SimulateError::Decoder(e.to_string()))?;
+    let avro = spec.avro_input.is_some();
+    let names: Vec<String> = inputs.iter().map(|i| i.name.clone()).collect();
+    let several = inputs.len() > 1;
     // No future-timestamp guard: the simulated clock starts at 0.
-    let mut step = Step::open(&spec.engine, store, 0, None)?;
-    let decoder = JsonDecoder::new(spec.input.clone());
+    let mut step = Step::open(&spec.engine, store, 0, &names, None, 0)?;
     let aggregations = &spec.engine.aggregations;
     let mut summary = Summary::default();
     let mut now: i64 = 0;
+    let mut line_numbers = vec![0u64; inputs.len()];
+    let mut ended = vec![false; inputs.len()];
 
     let mut dead = |summary: &mut Summary,
+                    input: &str,
                     line_no: u64,
                     line: &str,
                     r: Rejection,
@@ -116,7 +229,12 @@ pub fn run(
             Reason::Late => json!({"event_time": r.event_time, "late_by_ms": r.late_by_ms}),
             _ => json!({"detail": r.detail}),
         };
-        for e in [more, extra] {
+        let input = if several {
+            json!({ "input": input })
+        } else {
+            Value::Null
+        };
+        for e in [more, extra, input] {
             if let (Value::Object(o), Value::Object(e)) = (&mut obj, e) {
                 o.extend(e);
             }
@@ -129,59 +247,67 @@ pub fn run(
         writeln!(dead_letters, "{obj}")
     };
 
-    for bytes in input.split(b'\n') {
-        let mut bytes = bytes?;
-        if bytes.last() == Some(&b'\r') {
-            bytes.pop();
-        }
-        summary.lines += 1;
-        let line_no = summary.lines;
-        // What the line is: a control line (handled here), or a record that decoded or did not.
-        let (line, decoded, extra) = match String::from_utf8(bytes) {
-            Ok(line) if line.trim().is_empty() => continue,
-            Ok(line) => {
-                let decoded = match serde_json::from_str::<Value>(&line) {
-                    Err(e) => Err(format!("not JSON: {e}")),
-                    Ok(value) => match control(&value) {
-                        None => decoder.decode_value(&value).map_err(|e| e.to_string()),
-                        Some(Err(detail)) => Err(detail),
-                        Some(Ok(c)) => {
-                            let fired = match c {
-                                Control::Watermark(ms) => step.set_watermark(ms)?,
-                                Control::Advance(ms) => {
-                                    now = now.saturating_add(ms);
-                                    step.tick(now)?
-                                }
-                            };
-                            write_panes(&mut summary, panes, fired, aggregations)?;
-                            continue;
-                        }
-                    },
-                };
-                (line, decoded, Value::Null)
+    let mut buf = Vec::new();
+    while ended.iter().any(|e| !e) {
+        for i in 0..inputs.len() {
+            if ended[i] {
+                continue;
             }
-            // A line that is not UTF-8 cannot be an event: a dead letter that keeps its bytes.
-            Err(e) => {
-                let detail = format!("not valid UTF-8 (byte {})", e.utf8_error().valid_up_to());
-                let bytes = e.into_bytes();
-                let extra = json!({"original_base64": BASE64.encode(&bytes)});
-                (
-                    String::from_utf8_lossy(&bytes).into_owned(),
-                    Err(detail),
-                    extra,
-                )
+            buf.clear();
+            if inputs[i].reader.read_until(b'\n', &mut buf)? == 0 {
+                ended[i] = true;
+                continue;
             }
-        };
-        let is_event = decoded.is_ok();
-        let out = step.record(decoded, now)?;
-        if let Some(r) = out.rejection {
-            dead(&mut summary, line_no, &line, r, extra)?;
-        }
-        write_panes(&mut summary, panes, out.panes, aggregations)?;
-        if is_event {
-            summary.events += 1;
-            if summary.events % FLUSH_EVERY == 0 {
-                step.engine_mut().flush()?;
+            if buf.last() == Some(&b'\n') {
+                buf.pop();
+            }
+            if buf.last() == Some(&b'\r') {
+                buf.pop();
+            }
+            summary.lines += 1;
+            line_numbers[i] += 1;
+            let line_no = line_numbers[i];
+            // What the line is: a control line (handled here), or a record that decoded or not.
+            let (line, decoded, extra) = match String::from_utf8(std::mem::take(&mut buf)) {
+                Ok(line) if line.trim().is_empty() => continue,
+                Ok(line) => match classify(&mut decoder, &line, avro)? {
+                    Line::Control(Ok(c)) => {
+                        let fired = match c {
+                            Control::Watermark(ms) => step.set_watermark(i, ms)?,
+                            Control::Advance(ms) => {
+                                now = now.saturating_add(ms);
+                                step.tick(now, true)?
+                            }
+                        };
+                        write_panes(&mut summary, panes, fired, aggregations)?;
+                        continue;
+                    }
+                    Line::Control(Err(detail)) => (line, Err(detail), Value::Null),
+                    Line::Record(decoded) => (line, decoded, Value::Null),
+                },
+                // A line that is not UTF-8 cannot be an event: a dead letter that keeps its bytes.
+                Err(e) => {
+                    let detail = format!("not valid UTF-8 (byte {})", e.utf8_error().valid_up_to());
+                    let bytes = e.into_bytes();
+                    let extra = json!({"original_base64": BASE64.encode(&bytes)});
+                    (
+                        String::from_utf8_lossy(&bytes).into_owned(),
+                        Err(detail),
+                        extra,
+                    )
+                }
+            };
+            let is_event = decoded.is_ok();
+            let out = step.record(i, decoded, now)?;
+            if let Some(r) = out.rejection {
+                dead(&mut summary, &inputs[i].name, line_no, &line, r, extra)?;
+            }
+            write_panes(&mut summary, panes, out.panes, aggregations)?;
+            if is_event {
+                summary.events += 1;
+                if summary.events % FLUSH_EVERY == 0 {
+                    step.engine_mut().flush()?;
+                }
             }
         }
     }
@@ -199,9 +325,9 @@ fn write_panes(
     panes: Vec<Pane>,
     aggregations: &[AggSpec],
 ) -> std::io::Result<()> {
-    for pane in panes {
+    for p in panes {
         summary.panes += 1;
-        writeln!(out, "{}", encode_pane(&pane, 0, aggregations))?;
+        writeln!(out, "{}", pane::to_json(&p, 0, aggregations))?;
     }
     Ok(())
 }

@@ -5,69 +5,10 @@
 //! broker serves to `read_committed` consumers), each once, and prints them as an aligned table:
 //! key, window in local time, timing, pane index, count and the aggregates.
 
-use crate::config::RESERVED_PANE_FIELDS;
+use crate::format::pane::PaneRecord;
 use crate::kafka::raw_log::{Follow, RawLogError, RawRecord, TopicReader};
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// Whether a pane field is an aggregate: not one every pane has, nor the map Avro panes keep
-/// their aggregates in.
-fn is_aggregate(field: &str) -> bool {
-    field != "aggregates" && !RESERVED_PANE_FIELDS.contains(&field)
-}
-
-/// One pane as the table shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PaneRow {
-    /// Grouping key.
-    pub key: String,
-    /// Window start, epoch ms.
-    pub start: i64,
-    /// Window end, epoch ms.
-    pub end: i64,
-    /// EARLY, ON_TIME, LATE or RETRACT.
-    pub timing: String,
-    /// Pane index.
-    pub pane: i64,
-    /// Replay epoch (0 for panes written before epochs).
-    pub epoch: i64,
-    /// Elements in the pane.
-    pub count: i64,
-    /// Aggregates by name, in name order; `None` for an empty min, max or mean.
-    pub aggregates: Vec<(String, Option<f64>)>,
-}
-
-impl PaneRow {
-    /// Reads a pane from its JSON form: the JSON output encoding (aggregates as fields) or an
-    /// Avro `WindowResult` decoded to JSON (aggregates in a map). `None` if it is not a pane.
-    pub fn from_json(v: &Value) -> Option<PaneRow> {
-        let o = v.as_object()?;
-        let int = |name: &str| o.get(name).and_then(Value::as_i64);
-        let mut aggregates: Vec<(String, Option<f64>)> = o
-            .iter()
-            .filter(|(k, _)| is_aggregate(k))
-            .chain(
-                o.get("aggregates")
-                    .and_then(Value::as_object)
-                    .into_iter()
-                    .flatten(),
-            )
-            .map(|(k, v)| (k.clone(), v.as_f64()))
-            .collect();
-        aggregates.sort_by(|a, b| a.0.cmp(&b.0));
-        Some(PaneRow {
-            key: o.get("key")?.as_str()?.to_string(),
-            start: int("window_start")?,
-            end: int("window_end")?,
-            timing: o.get("timing")?.as_str()?.to_string(),
-            pane: int("pane_index")?,
-            epoch: int("epoch").unwrap_or(0),
-            count: int("count")?,
-            aggregates,
-        })
-    }
-}
 
 /// A window as local times: the start in full, the end as a time when it is on the same day.
 pub fn window_text(
@@ -120,13 +61,13 @@ pub fn header(aggregates: &[(String, Option<f64>)]) -> String {
 }
 
 /// One aligned table line.
-pub fn line(row: &PaneRow, tz: &impl chrono::TimeZone<Offset: std::fmt::Display>) -> String {
+pub fn line(row: &PaneRecord, tz: &impl chrono::TimeZone<Offset: std::fmt::Display>) -> String {
     let mut line = format!(
         "{:<KEY$} {:<WINDOW$} {:<TIMING$} {:>PANE$} {:>EPOCH$} {:>VALUE$}",
         row.key,
-        window_text(row.start, row.end, tz),
-        row.timing,
-        row.pane,
+        window_text(row.window_start, row.window_end, tz),
+        row.timing.as_str(),
+        row.pane_index,
         row.epoch,
         row.count
     );
@@ -166,36 +107,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn json_and_avro_panes_make_the_same_row() {
-        let json: Value = serde_json::from_str(
-            r#"{"key":"alice","window_start":0,"window_end":60000,"timing":"ON_TIME","pane_index":1,"dedup_id":"x","count":4,"revenue":42.5,"clicks":4,"low":null}"#,
-        )
-        .unwrap();
-        let avro: Value = serde_json::from_str(
-            r#"{"key":"alice","window_start":0,"window_end":60000,"timing":"ON_TIME","pane_index":1,"dedup_id":"x","count":4,"aggregates":{"revenue":42.5,"clicks":4.0,"low":null}}"#,
-        )
-        .unwrap();
-        let a = PaneRow::from_json(&json).unwrap();
-        assert_eq!(a, PaneRow::from_json(&avro).unwrap());
-        assert_eq!(
-            a.aggregates,
-            vec![
-                ("clicks".to_string(), Some(4.0)),
-                ("low".to_string(), None),
-                ("revenue".to_string(), Some(42.5))
-            ]
-        );
-        assert!(PaneRow::from_json(&serde_json::json!({"reason": "late"})).is_none());
-    }
-
-    #[test]
     fn rows_line_up_under_the_header() {
-        let row = PaneRow {
+        let row = PaneRecord {
             key: "alice".into(),
-            start: 1_767_225_600_000,
-            end: 1_767_225_660_000,
-            timing: "LATE".into(),
-            pane: 2,
+            window_start: 1_767_225_600_000,
+            window_end: 1_767_225_660_000,
+            timing: crate::windowing::trigger::Timing::Late,
+            pane_index: 2,
+            dedup_id: "x".into(),
             epoch: 1,
             count: 4,
             aggregates: vec![

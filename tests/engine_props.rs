@@ -235,7 +235,7 @@ proptest! {
 /// panes, and are moved to the session format (tag 5, by start) by the next flush.
 #[test]
 fn sessions_in_the_older_format_load_and_are_rewritten() {
-    use tidemark::state::keys::{self, StateKey};
+    use tidemark::windowing::entry::{self as keys, StateKey};
     let s = spec("type = \"session\"\ngap = \"10ms\"", "", "", COUNT_SUM);
     let layout = Layout::Session { gap: 10 };
     let ev = |key: &str, ts: i64| Event {

@@ -9,9 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tidemark::audit::check_panes;
-use tidemark::avro::{
-    decode_value, parse_schema, Framing, DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHEMA,
-};
+use tidemark::avro::{decode_value, parse_schema, Framing};
+use tidemark::format::avro::{DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHEMA};
 use tidemark::kafka::raw_log::read_topic;
 
 const EVENTS: u64 = 2_000;
@@ -84,6 +83,7 @@ pane_schema_id = 100
 dead_letter_schema_id = 101
 [kafka]
 bootstrap_servers = "{}"
+repartition = false
 input_topic = "payments"
 output_topic = "totals"
 dead_letter_topic = "payments-dead"
@@ -118,29 +118,40 @@ state_dir = "{}"
     let window_result = parse_schema("window_result", WINDOW_RESULT_SCHEMA).unwrap();
     let dead_letter = parse_schema("dead_letter", DEAD_LETTER_SCHEMA).unwrap();
     let deadline = Instant::now() + Duration::from_secs(90);
-    let (counted, dead) = loop {
+    let (counted, summed, dead) = loop {
         let panes = read_topic(&broker.addr, "totals").unwrap().committed;
         let dead = read_topic(&broker.addr, "payments-dead").unwrap().committed;
-        // The final pane of each window (highest pane index) holds its count.
-        let mut last: BTreeMap<String, (i32, i64)> = BTreeMap::new();
+        // The final pane of each window (highest pane index) holds its count and sum.
+        let mut last: BTreeMap<String, (i32, i64, f64)> = BTreeMap::new();
         for r in &panes {
             let v = r.value.as_ref().expect("pane value");
             assert_eq!(&v[..5], &[0, 0, 0, 0, 100], "pane schema id");
             let f = fields(decode_value(&window_result, Framing::Confluent, v).unwrap());
-            let (Value::String(id), Value::Int(idx), Value::Long(n)) =
-                (&f["dedup_id"], &f["pane_index"], &f["count"])
-            else {
+            let (Value::String(id), Value::Int(idx), Value::Long(n), Value::Map(aggs)) = (
+                &f["dedup_id"],
+                &f["pane_index"],
+                &f["count"],
+                &f["aggregates"],
+            ) else {
                 panic!("pane fields {f:?}")
             };
-            let e = last.entry(id.clone()).or_insert((*idx, *n));
+            let total = match &aggs["total"] {
+                Value::Union(_, v) => match v.as_ref() {
+                    Value::Double(x) => *x,
+                    other => panic!("total {other:?}"),
+                },
+                other => panic!("total {other:?}"),
+            };
+            let e = last.entry(id.clone()).or_insert((*idx, *n, total));
             if *idx >= e.0 {
-                *e = (*idx, *n);
+                *e = (*idx, *n, total);
             }
         }
-        let counted: i64 = last.values().map(|(_, n)| n).sum();
+        let counted: i64 = last.values().map(|(_, n, _)| n).sum();
+        let summed: f64 = last.values().map(|(_, _, s)| s).sum();
         if counted as u64 + dead.len() as u64 >= EVENTS || Instant::now() > deadline {
             assert!(check_panes(&panes).duplicates.is_empty(), "duplicate panes");
-            break (counted as u64, dead);
+            break (counted as u64, summed, dead);
         }
         std::thread::sleep(Duration::from_millis(500));
     };
@@ -153,6 +164,22 @@ state_dir = "{}"
         dead.len()
     );
 
+    // The sums too, against the input decoded here with the payment schema (no tidemark code):
+    // every amount that decodes is in a final pane or in a late dead letter.
+    let payment = parse_schema("payment", include_str!("../schemas/payment.avsc")).unwrap();
+    let amount = |bytes: &[u8]| -> Option<f64> {
+        let v = decode_value(&payment, Framing::Confluent, bytes).ok()?;
+        match fields(v).remove("amount")? {
+            Value::Double(a) => Some(a),
+            _ => None,
+        }
+    };
+    let input = read_topic(&broker.addr, "payments").unwrap().committed;
+    let input_sum: f64 = input
+        .iter()
+        .filter_map(|r| amount(r.value.as_deref()?))
+        .sum();
+    let mut late_sum = 0.0;
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     for r in &dead {
         let v = r.value.as_ref().expect("envelope");
@@ -169,6 +196,9 @@ state_dir = "{}"
         let Value::Bytes(original) = original.as_ref() else {
             panic!("value is not bytes")
         };
+        if reason == "late" {
+            late_sum += amount(original).expect("a late record decodes");
+        }
         assert_eq!(
             &original[..5],
             &[0, 0, 0, 0, 1],
@@ -179,6 +209,10 @@ state_dir = "{}"
             Value::Union(1, Box::new(Value::Bytes(r.key.clone().unwrap().to_vec())))
         );
     }
+    assert!(
+        (summed + late_sum - input_sum).abs() < 1e-6 * input_sum.abs().max(1.0),
+        "final panes sum to {summed} and late dead letters to {late_sum}; the input sums to {input_sum}"
+    );
     assert!(
         reasons.get("malformed").copied().unwrap_or(0) > 0,
         "{reasons:?}"

@@ -2,9 +2,12 @@
 //! SIGKILL at random moments and restarted at once, alternately on their old state directory and
 //! on an empty one. At the end every expected pane — computed by `tidemark simulate` over each
 //! partition's input as committed in the log — and every dead letter must be committed exactly
-//! once, with equal values, and no transaction may be left open. Everything is judged from the raw
-//! log (transactions resolved from COMMIT/ABORT markers), never from the broker's read_committed
-//! filtering.
+//! once, with equal values, and no transaction may be left open (changelog included). The last
+//! pane of every window and the dead letters are also checked against an independent reference,
+//! a plain fold over the committed input with no engine code (`tests/common/reference.rs`), so an
+//! engine bug that `simulate` shares cannot pass. A run passes only if at least one kill hit a
+//! member holding partitions. Everything is judged from the raw log (transactions resolved from
+//! COMMIT/ABORT markers), never from the broker's read_committed filtering.
 //!
 //! `TIDEMARK_CHAOS_KILLS` (default 8, CI's short variant) and `TIDEMARK_CHAOS_RECORDS` (default
 //! 20,000) set the strength; `scripts/chaos.sh` runs it with 24 kills. `TIDEMARK_CHAOS_SEED` repeats
@@ -241,9 +244,45 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
             )
         })
         .collect();
+    // The independent reference: a plain fold over the committed input (no engine code), for the
+    // last pane of every window and for which records are late or malformed.
+    let input_records: Vec<(i32, i64, String)> = by_partition
+        .iter()
+        .flat_map(|(p, recs)| recs.iter().map(|(o, v)| (*p, *o, v.clone())))
+        .collect();
+    let reference = common::reference::tumbling(&input_records, 1_000, 300, 1_000, scenario.cutoff);
+    let mut reference_problems = common::reference::compare(
+        &common::reference::last_panes(&got, "total"),
+        &reference,
+        1_000,
+    );
+    let reference_dead: BTreeSet<(i32, i64, String)> = reference
+        .late
+        .iter()
+        .map(|&(p, o)| (p, o, "late".to_string()))
+        .chain(
+            reference
+                .malformed
+                .iter()
+                .map(|&(p, o)| (p, o, "malformed".to_string())),
+        )
+        .collect();
+    if reference_dead != got_dead {
+        reference_problems.push(format!(
+            "dead letters: {} against the reference's {}",
+            got_dead.len(),
+            reference_dead.len()
+        ));
+    }
+    for p in reference_problems.iter().take(10) {
+        eprintln!("reference: {p}");
+    }
+    let changelog_open = tidemark::kafka::raw_log::read_topic(&broker.addr, "scn-changelog")
+        .unwrap()
+        .open;
     let dead_missing = expected_dead.difference(&got_dead).count();
     let dead_extra = got_dead.difference(&expected_dead).count();
-    let open = panes.open + dead.open;
+    let open = panes.open + dead.open + changelog_open;
     let mismatches = count_in_logs(dir.path(), "disagrees with the changelog");
     let restores = count_in_logs(dir.path(), "partition restored from the changelog");
     let failed_exits = statuses.iter().filter(|s| !s.success()).count();
@@ -259,9 +298,12 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
         && dead.committed.len() == expected_dead.len()
         && open == 0
         && failed_exits == 0
-        && input_ok;
+        && input_ok
+        && reference_problems.is_empty()
+        // A run whose kills all hit idle members proves nothing about restores.
+        && working > 0;
     println!(
-        "chaos: seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={} panes={}/{} missing={missing} extra={extra} duplicates={} gaps={} dead_letters={}/{} dead_missing={dead_missing} dead_duplicates={} open_txn_records={open} aborted_records={} restores={restores} group_offset_mismatches={mismatches} failed_exits={failed_exits} result={}",
+        "chaos: seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={} panes={}/{} missing={missing} extra={extra} duplicates={} gaps={} dead_letters={}/{} dead_missing={dead_missing} dead_duplicates={} reference_mismatches={} open_txn_records={open} aborted_records={} restores={restores} group_offset_mismatches={mismatches} failed_exits={failed_exits} result={}",
         input.committed.len(),
         report.panes,
         expected.len(),
@@ -270,6 +312,7 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
         dead.committed.len(),
         expected_dead.len(),
         dead_report.duplicates.len(),
+        reference_problems.len(),
         panes.aborted + dead.aborted,
         if pass { "PASS" } else { "FAIL" }
     );

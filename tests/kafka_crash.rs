@@ -38,6 +38,7 @@ field = "amount"
 bootstrap_servers = "{broker}"
 application_id = "crash"
 instance_id = "m1"
+repartition = false
 input_topic = "events"
 output_topic = "panes"
 dead_letter_topic = "dead"

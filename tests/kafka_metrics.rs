@@ -67,6 +67,7 @@ op = "count"
 [kafka]
 bootstrap_servers = "{}"
 application_id = "metrics"
+repartition = false
 input_topic = "clicks"
 output_topic = "panes"
 dead_letter_topic = "dead"

@@ -14,8 +14,21 @@ use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 3;
 
-/// (key, pane_index, epoch, timing, count, n, total) per dedup id.
-type Table = BTreeMap<String, (String, i64, i64, String, i64, Option<i64>, Option<f64>)>;
+/// (key, window_start, window_end, pane_index, epoch, timing, count, n, total) per dedup id.
+type Table = BTreeMap<
+    String,
+    (
+        String,
+        i64,
+        i64,
+        i64,
+        i64,
+        String,
+        i64,
+        Option<i64>,
+        Option<f64>,
+    ),
+>;
 
 /// The table the sink must converge to: per dedup id the pane with the highest
 /// (epoch, pane_index), without the retracted ones.
@@ -39,6 +52,8 @@ fn expected_table(pane_lines: &[String], epoch: i64) -> Table {
                 id,
                 (
                     v["key"].as_str().unwrap().to_string(),
+                    v["window_start"].as_i64().unwrap(),
+                    v["window_end"].as_i64().unwrap(),
                     v["pane_index"].as_i64().unwrap(),
                     epoch,
                     v["timing"].as_str().unwrap().to_string(),
@@ -54,7 +69,9 @@ fn expected_table(pane_lines: &[String], epoch: i64) -> Table {
 fn table(pg: &Postgres) -> Table {
     let mut c = pg.client();
     let rows = match c.query(
-        "SELECT dedup_id, key, pane_index, epoch, timing, count, n, total FROM panes_pg",
+        "SELECT dedup_id, key, (extract(epoch from window_start) * 1000)::bigint, \
+         (extract(epoch from window_end) * 1000)::bigint, pane_index, epoch, timing, count, n, total \
+         FROM panes_pg",
         &[],
     ) {
         Ok(r) => r,
@@ -66,12 +83,14 @@ fn table(pg: &Postgres) -> Table {
                 r.get::<_, String>(0),
                 (
                     r.get::<_, String>(1),
-                    r.get::<_, i32>(2) as i64,
+                    r.get::<_, i64>(2),
                     r.get::<_, i64>(3),
-                    r.get::<_, String>(4),
+                    r.get::<_, i32>(4) as i64,
                     r.get::<_, i64>(5),
-                    r.get::<_, Option<i64>>(6),
-                    r.get::<_, Option<f64>>(7),
+                    r.get::<_, String>(6),
+                    r.get::<_, i64>(7),
+                    r.get::<_, Option<i64>>(8),
+                    r.get::<_, Option<f64>>(9),
                 ),
             )
         })
@@ -140,6 +159,67 @@ fn dead_rows(pg: &Postgres) -> i64 {
         .unwrap_or(0)
 }
 
+/// A dead letter as stored: (source partition, source offset, epoch, reason, original value).
+type DeadRow = (i32, i64, i64, String, Option<Vec<u8>>);
+
+/// The dead-letter table's rows, sorted.
+fn dead_table(pg: &Postgres) -> Vec<DeadRow> {
+    let mut rows: Vec<DeadRow> = pg
+        .client()
+        .query(
+            "SELECT source_partition, source_offset, epoch, reason, value FROM dead_pg \
+             WHERE source_topic = 'events'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// The dead letters the scenario must leave in the table for `epochs`, with the original bytes,
+/// from the independent reference.
+fn expected_dead_rows(s: &Scenario, epochs: &[i64]) -> Vec<DeadRow> {
+    let reference = s.reference();
+    let records = s.with_offsets();
+    let value = |p: i32, o: i64| {
+        records
+            .iter()
+            .find(|r| r.0 == p && r.1 == o)
+            .map(|r| r.2.as_bytes().to_vec())
+    };
+    let mut rows: Vec<DeadRow> = epochs
+        .iter()
+        .flat_map(|&e| {
+            let late = reference.late.iter().map(move |&(p, o)| (p, o, e, "late"));
+            let bad = reference
+                .malformed
+                .iter()
+                .map(move |&(p, o)| (p, o, e, "malformed"));
+            late.chain(bad)
+        })
+        .map(|(p, o, e, reason)| (p, o, e, reason.to_string(), value(p, o)))
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// Checks the table's rows against the independent reference: per window the count and the sum
+/// of the last pane (no engine code on this side).
+fn assert_table_matches_reference(pg: &Postgres, s: &Scenario) {
+    let reference = s.reference();
+    let got: BTreeMap<(String, i64), (i64, u64, f64)> = table(pg)
+        .into_values()
+        .map(|(key, start, end, _, _, _, count, _, total)| {
+            ((key, start), (end, count as u64, total.unwrap_or(0.0)))
+        })
+        .collect();
+    let problems = common::reference::compare(&got, &reference, 1_000);
+    assert!(problems.is_empty(), "against the reference: {problems:?}");
+}
+
 #[test]
 fn the_table_equals_simulate_after_a_clean_run_and_after_a_replay() {
     let broker = Broker::start();
@@ -157,6 +237,12 @@ fn the_table_equals_simulate_after_a_clean_run_and_after_a_replay() {
         std::thread::sleep(Duration::from_millis(300));
     }
     assert_eq!(dead_rows(&pg), s.expected_dead as i64, "dead letters");
+    assert_eq!(
+        dead_table(&pg),
+        expected_dead_rows(&s, &[0]),
+        "dead letters' content"
+    );
+    assert_table_matches_reference(&pg, &s);
     assert!(stop_member(member).success());
 
     // A replay: epoch 1 replaces every row, although its pane indexes start at 0 again.
@@ -175,6 +261,11 @@ fn the_table_equals_simulate_after_a_clean_run_and_after_a_replay() {
         std::thread::sleep(Duration::from_millis(300));
     }
     assert_eq!(dead_rows(&pg), 2 * s.expected_dead as i64);
+    assert_eq!(
+        dead_table(&pg),
+        expected_dead_rows(&s, &[0, 1]),
+        "dead letters' content"
+    );
     let _ = Command::new("kill")
         .args(["-TERM", &sink.id().to_string()])
         .status();
@@ -219,6 +310,11 @@ fn kill_9s_of_sink_and_member_and_a_database_restart_leave_the_table_exact() {
         std::thread::sleep(Duration::from_millis(300));
     }
     assert_eq!(dead_rows(&pg), s.expected_dead as i64, "dead letters");
+    assert_eq!(
+        dead_table(&pg),
+        expected_dead_rows(&s, &[0]),
+        "dead letters' content"
+    );
     assert!(stop_member(member).success());
     kill9(&mut sink);
 }

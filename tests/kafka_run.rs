@@ -32,6 +32,7 @@ field = "amount"
 [kafka]
 bootstrap_servers = "{broker}"
 application_id = "e2e"
+repartition = false
 input_topic = "events"
 output_topic = "panes"
 dead_letter_topic = "dead"

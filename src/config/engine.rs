@@ -2,7 +2,8 @@
 //! and aggregations.
 
 use super::checker::Checker;
-use super::{RawConfig, RawWindow, RESERVED_PANE_FIELDS};
+use super::{RawConfig, RawWindow};
+use crate::format::pane::RESERVED_FIELDS as RESERVED_PANE_FIELDS;
 use crate::windowing::aggregate::{AggOp, AggSpec};
 use crate::windowing::assigner::WindowKind;
 use crate::windowing::spec::EngineSpec;

@@ -134,8 +134,9 @@ impl RawConfig {
         }))
     }
 
-    pub(super) fn validate_output(&self, c: &mut Checker) -> Option<crate::avro::OutputFormat> {
-        use crate::avro::{Framing, OutputFormat};
+    pub(super) fn validate_output(&self, c: &mut Checker) -> Option<crate::format::OutputFormat> {
+        use crate::avro::Framing;
+        use crate::format::OutputFormat;
         let Some(o) = &self.output else {
             return Some(OutputFormat::Json);
         };

@@ -15,12 +15,48 @@ impl RawConfig {
                 && t.chars()
                     .all(|ch| ch.is_ascii_alphanumeric() || "._-".contains(ch))
         };
-        for (field, t) in [
-            ("kafka.input_topic", Some(&k.input_topic)),
+        let mut inputs: Vec<String> = match (&k.input_topic, &k.input_topics) {
+            (Some(t), None) => vec![t.clone()],
+            (None, Some(ts)) if !ts.is_empty() => ts.clone(),
+            (None, Some(_)) => {
+                c.fail("kafka.input_topics", "names no topic");
+                Vec::new()
+            }
+            (None, None) => {
+                c.fail("kafka", "needs input_topic or input_topics");
+                Vec::new()
+            }
+            (Some(_), Some(_)) => {
+                c.fail(
+                    "kafka.input_topics",
+                    "give input_topic (one topic) or input_topics (a list), not both",
+                );
+                Vec::new()
+            }
+        };
+        inputs.sort();
+        for pair in inputs.windows(2) {
+            if pair[0] == pair[1] {
+                c.fail(
+                    "kafka.input_topics",
+                    format!("{:?} is named twice", pair[0]),
+                );
+            }
+        }
+        inputs.dedup();
+        let input_field = if k.input_topics.is_some() {
+            "kafka.input_topics"
+        } else {
+            "kafka.input_topic"
+        };
+        let named = inputs.iter().map(|t| (input_field, Some(t))).chain([
             ("kafka.output_topic", Some(&k.output_topic)),
             ("kafka.dead_letter_topic", Some(&k.dead_letter_topic)),
             ("kafka.changelog_topic", k.changelog_topic.as_ref()),
-        ] {
+            ("kafka.repartition_topic", k.repartition_topic.as_ref()),
+            ("kafka.offsets_topic", k.offsets_topic.as_ref()),
+        ]);
+        for (field, t) in named {
             if let Some(t) = t {
                 if !topic_ok(t) {
                     c.fail(
@@ -29,6 +65,27 @@ impl RawConfig {
                     );
                 }
             }
+        }
+        let repartition = k.repartition.unwrap_or(true);
+        if !repartition && inputs.len() > 1 {
+            c.fail(
+                "kafka.repartition",
+                "false needs a single input topic: several topics are grouped together through the repartition hop",
+            );
+        }
+        if !repartition && k.repartition_partitions.is_some() {
+            c.fail(
+                "kafka.repartition_partitions",
+                "applies with repartition = true only",
+            );
+        }
+        if matches!(k.repartition_partitions, Some(n) if n < 1) {
+            c.fail("kafka.repartition_partitions", "must be at least 1");
+        }
+        if repartition && self.watermark.idle_timeout.is_none() {
+            c.warnings.push(
+                "kafka: with the repartition hop the watermark is the minimum over every input partition; one that gets no records holds every window back until it does (set watermark.idle_timeout to let idle partitions go)".to_string(),
+            );
         }
         if !topic_ok(&app) {
             c.fail(
@@ -43,12 +100,19 @@ impl RawConfig {
             .changelog_topic
             .clone()
             .unwrap_or_else(|| format!("{app}-changelog"));
-        let distinct = [
-            &k.input_topic,
-            &k.output_topic,
-            &k.dead_letter_topic,
-            &changelog,
-        ];
+        let repartition_topic = k
+            .repartition_topic
+            .clone()
+            .unwrap_or_else(|| format!("{app}-repartition"));
+        let offsets_topic = k
+            .offsets_topic
+            .clone()
+            .unwrap_or_else(|| format!("{app}-offsets"));
+        let mut distinct: Vec<&String> = inputs.iter().collect();
+        distinct.extend([&k.output_topic, &k.dead_letter_topic, &changelog]);
+        if repartition {
+            distinct.extend([&repartition_topic, &offsets_topic]);
+        }
         for (i, a) in distinct.iter().enumerate() {
             if distinct[..i].contains(a) {
                 c.fail("kafka", format!("topic {a:?} is used for two purposes"));
@@ -119,7 +183,11 @@ impl RawConfig {
             bootstrap_servers: k.bootstrap_servers.clone(),
             static_membership: k.static_membership.unwrap_or(k.instance_id.is_some()),
             instance_id,
-            input_topic: k.input_topic.clone(),
+            input_topics: inputs,
+            repartition,
+            repartition_topic,
+            repartition_partitions: k.repartition_partitions,
+            offsets_topic,
             output_topic: k.output_topic.clone(),
             dead_letter_topic: k.dead_letter_topic.clone(),
             changelog_topic: changelog,

@@ -154,8 +154,30 @@ pub struct RawKafka {
     /// is set). Turn off for brokers whose static membership misbehaves.
     #[serde(default)]
     pub static_membership: Option<bool>,
-    /// The input topic.
-    pub input_topic: String,
+    /// The input topic (the one-topic form of `input_topics`).
+    #[serde(default)]
+    pub input_topic: Option<String>,
+    /// The input topics: records of all of them are grouped and windowed together.
+    #[serde(default)]
+    pub input_topics: Option<Vec<String>>,
+    /// Whether records go through the repartition hop (default true): a first stage reads the
+    /// input and writes each decoded record to the repartition topic, partitioned by its grouping
+    /// key; a second stage windows them there. `false` declares the input already partitioned by
+    /// the grouping key (the Kafka record key equals `[input] key`): records are windowed where
+    /// they are, and one whose record key is not its grouping key is dead-lettered
+    /// (`key_mismatch`). Only for a single input topic.
+    #[serde(default)]
+    pub repartition: Option<bool>,
+    /// The repartition topic (default `<application_id>-repartition`).
+    #[serde(default)]
+    pub repartition_topic: Option<String>,
+    /// Partitions of the repartition topic when tidemark creates it (default: the largest input
+    /// partition count).
+    #[serde(default)]
+    pub repartition_partitions: Option<i32>,
+    /// The topic of the first stage's offset markers (default `<application_id>-offsets`).
+    #[serde(default)]
+    pub offsets_topic: Option<String>,
     /// Where panes go.
     pub output_topic: String,
     /// Where late, malformed and future-stamped records go.
@@ -199,8 +221,18 @@ pub struct KafkaSpec {
     /// member that restarts within the session timeout gets its partitions back without a
     /// rebalance). On by default when `instance_id` is configured, not generated.
     pub static_membership: bool,
-    /// Input topic.
-    pub input_topic: String,
+    /// Input topics, sorted (a record's source topic travels through the hop as its index here).
+    pub input_topics: Vec<String>,
+    /// Whether records go through the repartition hop; `false`: the input is partitioned by the
+    /// grouping key already (checked per record).
+    pub repartition: bool,
+    /// The repartition topic.
+    pub repartition_topic: String,
+    /// Partitions of the repartition topic when tidemark creates it (`None`: the largest input
+    /// partition count).
+    pub repartition_partitions: Option<i32>,
+    /// The topic of the first stage's offset markers.
+    pub offsets_topic: String,
     /// Output topic.
     pub output_topic: String,
     /// Dead-letter topic.
@@ -356,7 +388,7 @@ pub struct PipelineSpec {
     /// Avro input settings; `None` for JSON input.
     pub avro_input: Option<crate::avro::AvroInputSpec>,
     /// How panes and dead letters are encoded.
-    pub output_format: crate::avro::OutputFormat,
+    pub output_format: crate::format::OutputFormat,
     /// Schema Registry base URL, if configured.
     pub schema_registry: Option<String>,
     /// The PostgreSQL sink, if the file has a `[postgres]` section.
@@ -366,14 +398,16 @@ pub struct PipelineSpec {
 impl PipelineSpec {
     /// A fingerprint of everything that shapes state: window kind and sizes, allowed lateness,
     /// watermark, trigger and accumulation, the aggregations' operations and fields, the key and
-    /// timestamp paths, and the input format. Names of the pipeline and of aggregations, Kafka
-    /// settings, metrics and the output format are left out: changing them keeps the state valid.
+    /// timestamp paths, the input format, and how records reach the windows (the repartition hop
+    /// or the record key) from which input topics. Names of the pipeline and of aggregations,
+    /// other Kafka settings, metrics and the output format are left out: changing them keeps the
+    /// state valid.
     /// Stored with the state and in the changelog; `run` refuses state of another fingerprint.
     pub fn fingerprint(&self) -> String {
         use sha2::{Digest, Sha256};
         use std::fmt::Write as _;
         let e = &self.engine;
-        let mut text = String::from("tidemark-state-v1\n");
+        let mut text = String::from("tidemark-state-v2\n");
         let _ = writeln!(text, "window={:?}", e.window);
         let _ = writeln!(text, "allowed_lateness={}", e.allowed_lateness);
         let _ = writeln!(
@@ -398,6 +432,16 @@ impl PipelineSpec {
             "json"
         };
         let _ = writeln!(text, "input={format}");
+        // How records reach the windows: what a state entry's key and source mean.
+        if let Some(k) = &self.kafka {
+            let source = if k.repartition {
+                "field-repartitioned"
+            } else {
+                "record-key"
+            };
+            let _ = writeln!(text, "key_source={source}");
+            let _ = writeln!(text, "input_topics={}", k.input_topics.join(","));
+        }
         let digest = Sha256::digest(text.as_bytes());
         digest[..8].iter().fold(String::new(), |mut s, b| {
             let _ = write!(s, "{b:02x}");
@@ -534,18 +578,6 @@ fn apply_override(tree: &mut toml::Table, name: &str, value: &str) -> Result<(),
     }
     Ok(())
 }
-
-/// Output fields every pane has; aggregation names must not reuse them.
-pub const RESERVED_PANE_FIELDS: [&str; 8] = [
-    "key",
-    "window_start",
-    "window_end",
-    "timing",
-    "pane_index",
-    "dedup_id",
-    "epoch",
-    "count",
-];
 
 mod checker;
 mod engine;

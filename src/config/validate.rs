@@ -3,7 +3,7 @@
 
 use super::checker::Checker;
 use super::{ConfigError, InputSpec, PipelineSpec, RawConfig};
-use crate::avro::OutputFormat;
+use crate::format::OutputFormat;
 use crate::windowing::assigner::WindowKind;
 
 impl RawConfig {

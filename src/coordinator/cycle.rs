@@ -4,13 +4,12 @@
 
 use super::errors::{classify, with_retry, CycleError, RunError};
 use super::telemetry::BatchOutcome;
-use super::Core;
+use super::{Core, Topology};
 use crate::metrics as m;
 use crate::pipeline::Step;
 use crate::state::changelog::{marker_headers, OFFSET_MARKER_KEY, STAMP_HEADER};
 use crate::state::store::StoredOffsets;
-use crate::windowing::cache::Changes;
-use crate::windowing::engine::Engine;
+use crate::windowing::changes::Changes;
 use metrics::counter;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -37,31 +36,32 @@ impl Core {
         consumer: &BaseConsumer<C>,
     ) -> Result<(), CycleError> {
         let started = Instant::now();
-        let changes = self.step1_produce_changelog()?;
+        let changes = self.step1_produce_markers_and_changelog()?;
         self.step2_await_deliveries()?;
         self.step3_send_offsets(consumer)?;
         self.step4_commit()?;
         self.step5_write_local_state(changes)?;
         self.step6_begin()?;
         self.report_commit(started);
+        self.purge_repartition();
         Ok(())
     }
 
-    /// Step 1: every changed state entry, and an offset marker per consumed partition, into the
-    /// changelog.
-    fn step1_produce_changelog(&mut self) -> Result<Vec<(i32, Changes)>, CycleError> {
+    /// Step 1: the first stage's watermark reports and offset markers; then every changed state
+    /// entry of every partition, and an offset marker per consumed partition, into the changelog.
+    fn step1_produce_markers_and_changelog(&mut self) -> Result<Vec<(i32, Changes)>, CycleError> {
+        self.produce_source_markers()?;
         let mut all = Vec::new();
         let parts: Vec<i32> = self.parts.keys().copied().collect();
         for p in parts {
             let part = self.parts.get_mut(&p).expect("listed");
-            let changes = part.step.engine_mut().take_changes();
-            // State changes without a processed record cannot happen (timers exist only for
-            // windows that received records), so every changed partition has an offset.
+            // A partition without a processed record has no window state to write (timers exist
+            // only for windows that received records); what its watermark sources reported waits
+            // in its cache for its first commit.
             let Some(next) = part.next_offset else {
-                debug_assert!(changes.is_empty(), "state changed before any record");
-                all.push((p, changes));
                 continue;
             };
+            let changes = part.step.engine_mut().take_changes();
             let stamp = next.to_string();
             let consumed = part.committed_offset != Some(next);
             let epoch = part.epoch;
@@ -104,16 +104,28 @@ impl Core {
         Ok(())
     }
 
-    /// Step 3: the group offsets go into the transaction (a hint; the log's offset markers rule).
+    /// Step 3: the group offsets go into the transaction (a hint; the log's offset markers rule):
+    /// the input partitions read, and the repartition partitions' positions.
     fn step3_send_offsets<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,
     ) -> Result<(), CycleError> {
         let mut tpl = TopicPartitionList::new();
+        let fatal = |e: rdkafka::error::KafkaError| CycleError::Fatal(e.to_string());
+        let parts_topic = match self.topology {
+            Topology::Hop { .. } => &self.k.repartition_topic,
+            _ => &self.k.input_topics[0],
+        };
         for (&p, part) in &self.parts {
             if let Some(next) = part.next_offset {
-                tpl.add_partition_offset(&self.k.input_topic, p, Offset::Offset(next))
-                    .map_err(|e| CycleError::Fatal(e.to_string()))?;
+                tpl.add_partition_offset(parts_topic, p, Offset::Offset(next))
+                    .map_err(fatal)?;
+            }
+        }
+        for (&(t, p), src) in &self.sources {
+            if let Some(next) = src.next_offset {
+                tpl.add_partition_offset(self.input_topic(t), p, Offset::Offset(next))
+                    .map_err(fatal)?;
             }
         }
         if tpl.count() == 0 {
@@ -135,11 +147,12 @@ impl Core {
         with_retry("commit_transaction", || {
             self.producer.commit_transaction(timeout)
         })?;
-        self.counters[0] += 1;
+        self.counters.committed += 1;
         Ok(())
     }
 
-    /// Step 5: each partition's state batch, with its input and changelog offsets, into RocksDB.
+    /// Step 5: each partition's state batch, with its offsets, into RocksDB; the sources'
+    /// positions and reports are committed now.
     fn step5_write_local_state(&mut self, changes: Vec<(i32, Changes)>) -> Result<(), CycleError> {
         let changelog = std::mem::take(&mut *self.deliveries.changelog.lock().expect("lock"));
         for (p, ch) in changes {
@@ -153,8 +166,17 @@ impl Core {
                 .write_changes(&ch, Some(offsets))
                 .map_err(|e| CycleError::Fatal(format!("writing local state: {e}")))?;
             part.committed_offset = part.next_offset;
-            part.committed_tracker = part.step.tracker().clone();
             tracing::debug!(partition = p, offset = part.next_offset, "committed");
+        }
+        for part in self.parts.values_mut() {
+            part.committed_fronts = part.step.fronts().to_vec();
+        }
+        for src in self.sources.values_mut() {
+            src.committed_offset = src.next_offset;
+            src.committed_front = src.front.clone();
+            if let Some(w) = src.pending.take() {
+                src.written = Some(w);
+            }
         }
         self.batch_records = 0;
         self.dirty = false;
@@ -171,7 +193,8 @@ impl Core {
         })
     }
 
-    /// Aborts the open transaction and rewinds every partition to its committed state and offset.
+    /// Aborts the open transaction and rewinds every partition and source to its committed state
+    /// and offset.
     pub(super) fn abort_and_rewind<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,
@@ -193,19 +216,35 @@ impl Core {
             .map_err(|e| RunError::Fatal(format!("abort_transaction: {e}")))?;
         self.deliveries.error.lock().expect("lock").take();
         self.deliveries.changelog.lock().expect("lock").clear();
-        self.counters[1] += 1;
+        self.counters.aborted += 1;
         counter!(m::TRANSACTIONS, "outcome" => "aborted").increment(1);
         self.batch = BatchOutcome::default();
+        let hop = matches!(self.topology, Topology::Hop { .. });
         let parts: Vec<i32> = self.parts.keys().copied().collect();
         for p in parts {
             let part = self.parts.get_mut(&p).expect("listed");
             // Reopening drops the uncommitted cache: RocksDB holds exactly the committed state.
-            let engine = Engine::open(&self.spec.engine, &self.store, p)
-                .map_err(|e| RunError::Fatal(e.to_string()))?;
-            let tracker = part.committed_tracker.clone();
-            part.step = Step::new(engine, tracker, Some(self.k.max_future_skew));
+            part.step = if hop {
+                Step::open_back(&self.spec.engine, &self.store, p, &self.source_names)
+            } else {
+                Step::reopen(
+                    &self.spec.engine,
+                    &self.store,
+                    p,
+                    part.committed_fronts.clone(),
+                )
+            }
+            .map_err(|e| RunError::Fatal(e.to_string()))?;
             part.next_offset = part.committed_offset;
             part.batch_in = 0;
+            if hop {
+                // The repartition topic is read again from the committed offset.
+                let from = part.committed_offset.unwrap_or(0);
+                if let Some(t) = self.tailer.as_mut() {
+                    t.follow(p, from);
+                }
+                continue;
+            }
             // Nothing committed yet: back to the first record this assignment processed (where
             // the reset position led); nothing processed: the position has not moved.
             let Some(to) = part.committed_offset.or(part.first_seen) else {
@@ -217,8 +256,31 @@ impl Core {
                 "rewound to the committed offset"
             );
             consumer
-                .seek(&self.k.input_topic, p, Offset::Offset(to), timeout)
+                .seek(&self.k.input_topics[0], p, Offset::Offset(to), timeout)
                 .map_err(|e| RunError::Fatal(format!("seek partition {p}: {e}")))?;
+        }
+        let keys: Vec<(u16, i32)> = self.sources.keys().copied().collect();
+        for key in keys {
+            let topic = self.input_topic(key.0).to_string();
+            let src = self.sources.get_mut(&key).expect("listed");
+            src.front = src.committed_front.clone();
+            src.next_offset = src.committed_offset;
+            src.batch_in = 0;
+            src.pending = None;
+            // What the repartition topic holds from this member is uncertain now: write again.
+            src.written = None;
+            let Some(to) = src.committed_offset.or(src.first_seen) else {
+                continue;
+            };
+            tracing::info!(
+                topic,
+                partition = key.1,
+                offset = to,
+                "rewound to the committed offset"
+            );
+            consumer
+                .seek(&topic, key.1, Offset::Offset(to), timeout)
+                .map_err(|e| RunError::Fatal(format!("seek {topic}/{}: {e}", key.1)))?;
         }
         self.batch_records = 0;
         self.dirty = false;
@@ -260,5 +322,20 @@ fn changelog_record<'a>(
     match value {
         Some(v) => record.payload(v),
         None => record,
+    }
+}
+
+/// After a step of the loop: commits when due, aborts and rewinds after an abortable error, and
+/// says when the loop must stop.
+pub(super) fn settle<C: ConsumerContext>(
+    c: &mut Core,
+    consumer: &BaseConsumer<C>,
+    step: Result<(), CycleError>,
+) -> Result<(), RunError> {
+    match step {
+        Ok(()) if c.due() => c.commit(consumer),
+        Ok(()) => Ok(()),
+        Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
+        Err(CycleError::Abortable(m)) => c.abort_and_rewind(consumer, &m),
     }
 }

@@ -1,98 +1,99 @@
 //! The coordinator: `tidemark run`'s loop and the commit cycle.
 //!
 //! Its rooms:
-//! * this file — the member's state ([`Core`], one `Part` per input partition) and the loop;
-//! * `process` — the per-record path: each record goes through the partition's
-//!   [`crate::pipeline::Step`], the same step `simulate` runs, and its panes and dead letters go
-//!   straight into the open transaction;
+//! * this file — the member's state ([`Core`]) and the loop;
+//! * `process` — the per-record paths: an input record of a pipeline whose input is partitioned
+//!   by the grouping key goes through its partition's [`crate::pipeline::Step`], the same step
+//!   `simulate` runs; panes and dead letters go straight into the open transaction;
+//! * `hop` — the repartition hop: the first stage checks each input record with its source's
+//!   [`crate::pipeline::Front`] and writes the event to the repartition topic; the second stage
+//!   reads that topic's raw log and passes events and watermark reports to each repartition
+//!   partition's [`crate::pipeline::Back`];
 //! * `cycle` — the commit cycle, one helper per numbered step below, and the abort;
 //! * `rebalance` — the consumer context: restore on assignment, commit or abort on revocation;
+//! * `sources` — the first stage's committed input offsets, read from the offset markers in the
+//!   offsets topic;
 //! * `errors` — [`RunError`], and the classification of transactional errors;
 //! * `delivery` — the producer context that tracks the open transaction's deliveries;
 //! * `setup` — topics, decoder and encoder at startup; `telemetry` — metric handles and reports.
 //!
-//! Every `commit_interval`, or after `max_batch_records` records, `Core::commit_cycle` makes the
-//! batch durable. **It is the only place where offsets, output and state become durable**:
+//! **Topologies.** With `repartition = false` the input (one topic) is partitioned by the grouping
+//! key already: each input partition is a windowing partition (`Part`) with its own engine, its
+//! changelog partition holds its state and offset markers. By default records take the
+//! **repartition hop**: the member owns some input partitions (`Source`s, the first stage) and
+//! some partitions of `<application_id>-repartition` (`Part`s, the second stage), as Kafka
+//! Streams' sub-topologies do, all in one consumer group. The first stage's offset markers go to
+//! the offsets topic; each repartition partition's state and offset markers (repartition offsets)
+//! to its changelog partition. `run --passthrough` copies input records to the output topic
+//! through the same cycle, with sources only.
 //!
-//! 1. produce the changelog: every state entry changed since the last cycle, full value or
-//!    tombstone, stamped with the input offset this transaction commits, and an offset marker for
-//!    every input partition the transaction consumed from (the log's record of that offset);
+//! Every `commit_interval`, or after `max_batch_records` records, `Core::commit_cycle` makes the
+//! batch durable in **one** transaction. **It is the only place where offsets, output and state
+//! become durable**:
+//!
+//! 1. produce what the transaction commits besides output: the first stage's watermark reports
+//!    (to every repartition partition, for each source whose report changed) and its offset
+//!    markers (offsets topic); the changelog of every partition — each changed state entry, full
+//!    value or tombstone, stamped with the input (or repartition) offset this transaction commits
+//!    — and its offset marker;
 //! 2. await the delivery of everything produced in the transaction;
 //! 3. `send_offsets_to_transaction` with the consumer's group metadata (a hint for tools, and
 //!    KIP-447 fencing on brokers that check the generation);
 //! 4. `commit_transaction`;
-//! 5. write each partition's state batch to RocksDB together with its input offset and changelog
-//!    offset, in one WriteBatch;
+//! 5. write each partition's state batch to RocksDB together with its offsets, in one WriteBatch,
+//!    and take the sources' positions and reports as committed;
 //! 6. begin the next transaction.
 //!
 //! Errors are classified with librdkafka's own predicates: retriable calls are retried; an
-//! abortable error aborts the transaction, drops the uncommitted state, seeks every partition back
-//! to its committed offset and carries on; a fatal error, or fencing, stops the process with a
-//! non-zero exit (abort is never called after fencing). Transaction calls block, so the whole loop
-//! runs on a dedicated thread, never on async workers.
+//! abortable error aborts the transaction, drops the uncommitted state, seeks every input
+//! partition back to its committed offset (and re-reads every repartition partition from its
+//! committed offset) and carries on; a fatal error, or fencing, stops the process with a non-zero
+//! exit (abort is never called after fencing). Transaction calls block, so the whole loop runs on
+//! a dedicated thread, never on async workers.
 //!
-//! **The log is the only truth.** On assignment a partition's starting offset is what its
-//! changelog's committed transactions say ([`crate::state::changelog`]); the consumer is assigned
-//! that offset explicitly, and the group's committed offset is read only to warn when it
-//! disagrees. A revocation commits first; a *lost* assignment (session expired, poll interval
-//! exceeded) aborts the open transaction instead, since another member may already own the
-//! partitions.
+//! **The log is the only truth.** On assignment an input partition's starting offset is what the
+//! committed offset markers in the log say (its changelog partition, or the offsets topic);
+//! the consumer is assigned that offset explicitly, and the group's committed offset is read only
+//! to warn when it disagrees. The second stage reads the repartition topic as a raw log and
+//! applies only records of committed transactions. A revocation commits first; a *lost*
+//! assignment (session expired, poll interval exceeded) aborts the open transaction instead,
+//! since another member may already own the partitions.
 
-use crate::avro::AvroEncoder;
 use crate::config::{KafkaSpec, PipelineSpec};
+use crate::format::Encoder;
+use crate::kafka::raw_log::{Peeker, Tailer};
 use crate::metrics::{self as m, Health};
-use crate::pipeline::Step;
 use crate::source::decode::Decoder;
 use crate::source::{consumer_config, producer_config};
 use crate::state::store::StateStore;
-use crate::windowing::watermark::WatermarkTracker;
+use cycle::settle;
 use delivery::{Deliveries, TxnContext};
 use errors::CycleError;
 use metrics::{histogram, Histogram};
+use parts::{Part, Source};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::Offset;
 use setup::{codecs, ensure_topics};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use telemetry::{BatchOutcome, PartGauges};
+use telemetry::BatchOutcome;
 
 mod cycle;
 mod delivery;
 mod errors;
+mod hop;
+mod parts;
 mod process;
 mod rebalance;
 mod setup;
+mod sources;
 mod telemetry;
 
 pub use errors::RunError;
 pub use rebalance::RebalanceContext;
-
-/// One input partition being processed.
-struct Part {
-    /// The record step: the partition's engine and watermark tracker.
-    step: Step,
-    /// The pipeline's replay epoch, as the partition's changelog says: stamped on panes and dead
-    /// letters.
-    epoch: u64,
-    /// Offset after the last processed record; `None` until the first record when the log has no
-    /// committed offset for this partition.
-    next_offset: Option<i64>,
-    /// Input offset committed, as the log said at assignment and each commit since; `None` while
-    /// nothing has ever committed on this partition.
-    committed_offset: Option<i64>,
-    /// Offset of the first record processed since the assignment, where a partition without a
-    /// committed offset is rewound to.
-    first_seen: Option<i64>,
-    /// Watermark tracker as of the last commit, restored on abort.
-    committed_tracker: WatermarkTracker,
-    cf: String,
-    /// Records processed in the open transaction.
-    batch_in: u64,
-    gauges: PartGauges,
-}
 
 /// What `run` does with each record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +105,33 @@ pub enum Mode {
     Passthrough,
 }
 
+/// How records reach the windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Topology {
+    /// The input is partitioned by the grouping key: each input partition is a `Part`.
+    Direct,
+    /// The repartition hop, into this many repartition partitions.
+    Hop {
+        /// Partitions of the repartition topic.
+        partitions: i32,
+    },
+    /// `--passthrough`: input records are copied to the output topic.
+    Passthrough,
+}
+
+/// What a member did since it started, for its last log line.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    /// Transactions committed.
+    committed: u64,
+    /// Transactions aborted.
+    aborted: u64,
+    /// Panes produced (into transactions that committed or not).
+    panes: u64,
+    /// Dead letters produced (likewise).
+    dead_letters: u64,
+}
+
 /// Everything the loop and the rebalance callbacks share.
 pub struct Core {
     spec: PipelineSpec,
@@ -112,9 +140,24 @@ pub struct Core {
     producer: ThreadedProducer<TxnContext>,
     deliveries: Arc<Deliveries>,
     decoder: Decoder,
-    /// Avro encoder of panes and dead letters; `None` for JSON output.
-    encoder: Option<AvroEncoder>,
+    /// Encoder of panes and dead letters (JSON or Avro).
+    encoder: Encoder,
+    topology: Topology,
+    /// The windowing partitions, by partition number.
     parts: BTreeMap<i32, Part>,
+    /// The hop's first stage (and passthrough): input partitions by (topic index, partition).
+    sources: BTreeMap<(u16, i32), Source>,
+    /// The names of every input partition: the watermark sources of each repartition partition.
+    source_names: Vec<String>,
+    /// The hop's second stage: the repartition topic's raw log, followed.
+    tailer: Option<Tailer>,
+    /// Per input partition, whether the raw log showed no data record after its position, the
+    /// position it was looked at from, and when: a source is idle only when caught up.
+    caught_up: HashMap<(String, i32), (bool, i64, Instant)>,
+    /// Looks at input partitions' raw logs for records after their positions.
+    peeker: Option<Peeker>,
+    /// Partitions of the offsets topic (the first stage's offset markers).
+    offsets_partitions: i32,
     batch_records: usize,
     dirty: bool,
     last_commit: Instant,
@@ -122,7 +165,6 @@ pub struct Core {
     fatal: Option<RunError>,
     /// The fingerprint of what shapes this pipeline's state ([`PipelineSpec::fingerprint`]).
     fingerprint: String,
-    mode: Mode,
     health: Arc<Health>,
     /// Where a partition on which nothing has ever committed starts (`auto.offset.reset`).
     reset: Offset,
@@ -131,9 +173,35 @@ pub struct Core {
     lateness: Histogram,
     last_state_gauges: Option<Instant>,
     last_lag_update: Instant,
-    /// Counters for logs: committed transactions, aborted transactions, panes, dead letters.
-    pub counters: [u64; 4],
+    /// When the repartition topic was last purged below the committed positions.
+    last_purge: Instant,
+    /// What this member did, for its last log line.
+    counters: Counters,
 }
+
+impl Core {
+    /// The input topic of index `i` (the hop names source topics by index).
+    fn input_topic(&self, i: u16) -> &str {
+        &self.k.input_topics[usize::from(i)]
+    }
+
+    /// Whether input partition `p` of `topic`, at `position`, has been read to its end: a look at
+    /// its raw log from that very position, less than a second ago, found no data record after it
+    /// (unknown: no).
+    fn is_caught_up(&self, topic: &str, p: i32, position: i64) -> bool {
+        self.caught_up
+            .get(&(topic.to_string(), p))
+            .is_some_and(|(c, at, checked)| {
+                *c && *at == position && checked.elapsed() < Duration::from_secs(1)
+            })
+    }
+}
+
+/// How often the second stage reads the repartition topic while it finds nothing.
+const TAIL_EVERY: Duration = Duration::from_millis(5);
+
+/// Records the consumer hands over in a row, at most, before the second stage reads again.
+const POLL_BATCH: usize = 1_000;
 
 /// Runs the pipeline as a member of its consumer group until `shutdown` is set or a fatal error.
 pub fn run(
@@ -143,10 +211,17 @@ pub fn run(
     shutdown: Arc<AtomicBool>,
 ) -> Result<(), RunError> {
     let k = spec.kafka.clone().ok_or(RunError::NoKafka)?;
-    let partitions = ensure_topics(&k)?;
+    let layout = ensure_topics(&k, mode)?;
+    let topology = match mode {
+        Mode::Passthrough => Topology::Passthrough,
+        Mode::Windows if k.repartition => Topology::Hop {
+            partitions: layout.repartition_partitions,
+        },
+        Mode::Windows => Topology::Direct,
+    };
     tracing::info!(
-        input = k.input_topic,
-        partitions,
+        inputs = ?k.input_topics,
+        topology = ?topology,
         group = k.application_id,
         "starting"
     );
@@ -175,7 +250,22 @@ pub fn run(
             "auto.offset.reset = {reset_name:?} is not supported"
         ))
     })?;
+    let tailer = match topology {
+        Topology::Hop { .. } => Some(
+            Tailer::connect(
+                &k.bootstrap_servers,
+                &k.repartition_topic,
+                k.transaction_timeout,
+            )
+            .map_err(|e| RunError::Startup(format!("reading the repartition topic: {e}")))?,
+        ),
+        _ => None,
+    };
     let fingerprint = spec.fingerprint();
+    let mut topics: Vec<String> = k.input_topics.clone();
+    if matches!(topology, Topology::Hop { .. }) {
+        topics.push(k.repartition_topic.clone());
+    }
     let core = Arc::new(Mutex::new(Core {
         decoder,
         encoder,
@@ -184,63 +274,101 @@ pub fn run(
         store,
         producer,
         deliveries,
+        topology,
         parts: BTreeMap::new(),
+        sources: BTreeMap::new(),
+        source_names: layout.source_names,
+        tailer,
+        caught_up: HashMap::new(),
+        peeker: None,
+        offsets_partitions: layout.offsets_partitions,
         batch_records: 0,
         dirty: false,
         last_commit: Instant::now(),
         fatal: None,
         fingerprint,
-        mode,
         health,
         reset,
         batch: BatchOutcome::default(),
         lateness: histogram!(m::LATENESS),
         last_state_gauges: None,
         last_lag_update: Instant::now(),
-        counters: [0; 4],
+        last_purge: Instant::now(),
+        counters: Counters::default(),
     }));
     let consumer: BaseConsumer<RebalanceContext> = consumer_settings
         .create_with_context(RebalanceContext {
             core: core.clone(),
-            input_topic: k.input_topic.clone(),
+            input_topics: k.input_topics.clone(),
         })
         .map_err(|e| RunError::Startup(format!("creating the consumer: {e}")))?;
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     consumer
-        .subscribe(&[&k.input_topic])
+        .subscribe(&names)
         .map_err(|e| RunError::Startup(format!("subscribing: {e}")))?;
     let poll = Duration::from_millis((k.commit_interval as u64 / 4).clamp(1, 50));
+    // The second stage reads the repartition topic every few milliseconds (at once again while it
+    // finds records); in between, the consumer hands over records without waiting, and waits at
+    // most until the next read when it has none.
+    let hop_poll = poll.min(TAIL_EVERY);
+    let mut last_tail = Instant::now() - TAIL_EVERY;
+    let mut tail_busy = false;
     let mut result = Ok(());
-    while !shutdown.load(Ordering::Relaxed) {
-        let msg = consumer.poll(poll);
-        let mut c = core.lock().expect("lock");
-        if let Some(e) = c.fatal.take() {
-            result = Err(e);
-            break;
+    'run: while !shutdown.load(Ordering::Relaxed) {
+        let tailing = core
+            .lock()
+            .expect("lock")
+            .tailer
+            .as_ref()
+            .is_some_and(|t| !t.is_idle());
+        if tailing && (tail_busy || last_tail.elapsed() >= TAIL_EVERY) {
+            last_tail = Instant::now();
+            let mut c = core.lock().expect("lock");
+            let read = c.read_repartition();
+            tail_busy = matches!(read, Ok(n) if n > 0);
+            if let Err(e) = settle(&mut c, &consumer, read.map(|_| ())) {
+                result = Err(e);
+                break 'run;
+            }
         }
-        let step = match msg {
-            Some(Ok(m)) => c.on_message(&m),
-            Some(Err(e)) => match consumer.client().fatal_error() {
-                // Fencing of a static member by a newer one with the same group.instance.id, or
-                // another fatal consumer error: stop, as for a fatal producer error.
-                Some((code, reason)) => Err(CycleError::Fatal(format!(
-                    "fatal consumer error {code:?}: {reason} ({e})"
-                ))),
-                None => {
-                    tracing::warn!("consumer: {e}");
-                    Ok(())
-                }
-            },
-            None => c.on_tick(),
+        let timeout = if tail_busy {
+            Duration::ZERO
+        } else if tailing {
+            hop_poll
+        } else {
+            poll
         };
-        let outcome = match step {
-            Ok(()) if c.due() => c.commit(&consumer),
-            Ok(()) => Ok(()),
-            Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
-            Err(CycleError::Abortable(m)) => c.abort_and_rewind(&consumer, &m),
-        };
-        if let Err(e) = outcome {
-            result = Err(e);
-            break;
+        for i in 0..POLL_BATCH {
+            let msg = consumer.poll(if i == 0 { timeout } else { Duration::ZERO });
+            let mut c = core.lock().expect("lock");
+            if let Some(e) = c.fatal.take() {
+                result = Err(e);
+                break 'run;
+            }
+            let idle = msg.is_none();
+            let step = match msg {
+                Some(Ok(m)) => c.on_message(&m),
+                Some(Err(e)) => match consumer.client().fatal_error() {
+                    // Fencing of a static member by a newer one with the same
+                    // group.instance.id, or another fatal consumer error: stop, as for a fatal
+                    // producer error.
+                    Some((code, reason)) => Err(CycleError::Fatal(format!(
+                        "fatal consumer error {code:?}: {reason} ({e})"
+                    ))),
+                    None => {
+                        tracing::warn!("consumer: {e}");
+                        Ok(())
+                    }
+                },
+                None => c.on_tick(),
+            };
+            if let Err(e) = settle(&mut c, &consumer, step) {
+                result = Err(e);
+                break 'run;
+            }
+            if idle || (tailing && last_tail.elapsed() >= TAIL_EVERY) {
+                break;
+            }
         }
     }
     if result.is_ok() {
@@ -251,10 +379,10 @@ pub fn run(
         let counters = c.counters;
         drop(c);
         tracing::info!(
-            committed = counters[0],
-            aborted = counters[1],
-            panes = counters[2],
-            dead_letters = counters[3],
+            committed = counters.committed,
+            aborted = counters.aborted,
+            panes = counters.panes,
+            dead_letters = counters.dead_letters,
             "stopped"
         );
     }

@@ -1,20 +1,24 @@
-//! The per-record path: each input record goes through the partition's [`Step`] (the same step
-//! `simulate` runs); its panes and dead letters go into the open transaction.
+//! The per-record path of an input partitioned by the grouping key: each input record goes
+//! through the partition's [`Step`](crate::pipeline::Step) (the same step `simulate` runs); its
+//! panes and dead letters go into the open transaction. Also: producing panes and dead letters,
+//! the dispatch of records to the hop's stages, and the tick that lets processing time move.
 
 use super::errors::CycleError;
-use super::{Core, Mode};
+use super::{Core, Topology};
 use crate::clock::wall_ms;
-use crate::pipeline::Rejection;
+use crate::format::dead_letter::DeadLetter;
+use crate::format::pane;
+use crate::kafka::raw_log::Peeker;
+use crate::pipeline::{Reason, Rejection};
 use crate::record::DecodeError;
-use crate::sink::json::encode_pane;
-use crate::sink::kafka::{dead_letter_headers, pane_headers, DeadLetterInfo};
 use crate::windowing::engine::Pane;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::BaseRecord;
 use std::time::{Duration, Instant};
 
 impl Core {
-    /// Produces panes of replay epoch `epoch` into the open transaction.
+    /// Produces panes of replay epoch `epoch` into the open transaction; `fired_at` is the append
+    /// time of what fired them (for the latency histogram).
     pub(super) fn send_panes(
         &mut self,
         panes: Vec<Pane>,
@@ -22,18 +26,16 @@ impl Core {
         fired_at: i64,
     ) -> Result<(), CycleError> {
         for p in panes {
-            let value = match &self.encoder {
-                None => encode_pane(&p, epoch, &self.spec.engine.aggregations).into_bytes(),
-                Some(enc) => enc
-                    .pane(&p, epoch, &self.spec.engine.aggregations)
-                    .map_err(|e| CycleError::Fatal(e.to_string()))?,
-            };
+            let value = self
+                .encoder
+                .pane(&p, epoch)
+                .map_err(|e| CycleError::Fatal(e.to_string()))?;
             let record = BaseRecord::with_opaque_to(&self.k.output_topic, 0usize)
                 .key(p.key.as_bytes())
                 .payload(value.as_slice())
-                .headers(pane_headers(&p, epoch));
+                .headers(pane::headers(&p, epoch));
             self.send(record)?;
-            self.counters[2] += 1;
+            self.counters.panes += 1;
             self.batch.panes[p.timing as usize] += 1;
             self.batch.fired_at.push(fired_at);
             self.dirty = true;
@@ -41,46 +43,62 @@ impl Core {
         Ok(())
     }
 
+    /// Produces a dead letter into the open transaction: under JSON output the record keeps `key`
+    /// and `value` untouched; under Avro output its value is the envelope holding them.
     pub(super) fn dead_letter(
         &mut self,
-        msg: &BorrowedMessage<'_>,
-        info: DeadLetterInfo,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        letter: DeadLetter,
+        reason: &'static str,
     ) -> Result<(), CycleError> {
-        let mut record = BaseRecord::with_opaque_to(&self.k.dead_letter_topic, 0usize)
-            .headers(dead_letter_headers(&info));
-        if let Some(k) = msg.key() {
+        let mut record =
+            BaseRecord::with_opaque_to(&self.k.dead_letter_topic, 0usize).headers(letter.headers());
+        if let Some(k) = key {
             record = record.key(k);
         }
-        let envelope = match &self.encoder {
-            None => None,
-            Some(enc) => Some(
-                enc.dead_letter(&info, msg.key(), msg.payload())
-                    .map_err(|e| CycleError::Fatal(e.to_string()))?,
-            ),
-        };
-        match (&envelope, msg.payload()) {
+        let envelope = self
+            .encoder
+            .dead_letter(&letter, key, value)
+            .map_err(|e| CycleError::Fatal(e.to_string()))?;
+        match (&envelope, value) {
             (Some(env), _) => record = record.payload(env.as_slice()),
             (None, Some(v)) => record = record.payload(v),
             (None, None) => {}
         }
         self.send(record)?;
-        self.counters[3] += 1;
-        self.batch.dead_letters.push(info.reason);
+        self.counters.dead_letters += 1;
+        self.batch.dead_letters.push(reason);
         tracing::debug!(
-            reason = info.reason,
-            partition = info.partition,
-            offset = info.offset,
+            reason,
+            topic = letter.topic,
+            partition = letter.partition,
+            offset = letter.offset,
             "dead letter"
         );
         Ok(())
     }
 
-    /// Processes one input record, as `simulate` processes one line.
+    /// Processes one record the consumer handed over.
     pub(super) fn on_message(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), CycleError> {
+        match self.topology {
+            Topology::Direct => self.on_keyed_record(msg),
+            Topology::Hop { .. } | Topology::Passthrough => {
+                match self.k.input_topics.iter().position(|t| t == msg.topic()) {
+                    Some(i) => self.on_source_record(msg, i as u16),
+                    None => Ok(()), // the repartition topic's partitions stay paused
+                }
+            }
+        }
+    }
+
+    /// Processes one record of an input partitioned by the grouping key, as `simulate` processes
+    /// one line. A record whose Kafka key is not its grouping key breaks that promise: it is
+    /// dead-lettered (`key_mismatch`), never grouped where it does not belong.
+    fn on_keyed_record(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), CycleError> {
         let p = msg.partition();
         let offset = msg.offset();
         let now = wall_ms();
-        let topic = msg.topic();
         let appended = msg.timestamp().to_millis().unwrap_or(now);
         let Some(part) = self.parts.get_mut(&p) else {
             return Ok(()); // not (or no longer) ours
@@ -95,26 +113,9 @@ impl Core {
             );
         }
         part.first_seen.get_or_insert(offset);
-        if self.mode == Mode::Passthrough {
-            let mut record = BaseRecord::with_opaque_to(&self.k.output_topic, 0usize);
-            if let Some(k) = msg.key() {
-                record = record.key(k);
-            }
-            if let Some(v) = msg.payload() {
-                record = record.payload(v);
-            }
-            part.next_offset = Some(offset + 1);
-            part.batch_in += 1;
-            self.batch_records += 1;
-            self.dirty = true;
-            self.batch.fired_at.push(appended);
-            return self.send(record);
-        }
-        let key = msg.key().map(|k| String::from_utf8_lossy(k).into_owned());
-        let decoded = match (key, msg.payload()) {
-            (None, _) => Err("record has no key".to_string()),
-            (_, None) => Err("record has no value".to_string()),
-            (Some(key), Some(v)) => match self.decoder.decode_keyed(v, key) {
+        let decoded = match msg.payload() {
+            None => Err("record has no value".to_string()),
+            Some(v) => match self.decoder.decode(v) {
                 // Not the record's fault (the registry is down): retry the transaction.
                 Err(DecodeError::Unavailable(e)) => return Err(CycleError::Abortable(e)),
                 other => other.map_err(|e| e.to_string()),
@@ -124,16 +125,41 @@ impl Core {
         part.batch_in += 1;
         self.batch_records += 1;
         self.dirty = true;
-        let out = part
-            .step
-            .record(decoded, now)
-            .map_err(|e| CycleError::Fatal(e.to_string()))?;
+        let epoch = part.epoch;
+        let mismatch = match (&decoded, msg.key()) {
+            (Ok(ev), key) if key != Some(ev.key.as_bytes()) => Some(format!(
+                "the record key {:?} is not the grouping key {:?}, but kafka.repartition = false declares the input partitioned by it",
+                key.map(String::from_utf8_lossy),
+                ev.key
+            )),
+            _ => None,
+        };
+        let out = match mismatch {
+            Some(detail) => {
+                let wm = part.step.engine().watermark();
+                crate::pipeline::Outcome {
+                    rejection: Some(Rejection {
+                        reason: Reason::KeyMismatch,
+                        detail,
+                        watermark: (wm != i64::MIN).then_some(wm),
+                        event_time: decoded.as_ref().ok().map(|e| e.ts),
+                        late_by_ms: None,
+                    }),
+                    ..Default::default()
+                }
+            }
+            None => part
+                .step
+                .record(0, decoded, now)
+                .map_err(|e| CycleError::Fatal(e.to_string()))?,
+        };
         if let Some(behind) = out.behind_watermark_ms {
             self.lateness.record(behind as f64 / 1000.0);
         }
-        let epoch = part.epoch;
         if let Some(r) = out.rejection {
-            self.dead_letter(msg, dead_letter_info(r, topic, p, offset, epoch))?;
+            let reason = r.reason.as_str();
+            let letter = dead_letter_of(r, msg.topic(), p, offset, epoch);
+            self.dead_letter(msg.key(), msg.payload(), letter, reason)?;
         }
         self.send_panes(out.panes, epoch, appended)
     }
@@ -142,14 +168,29 @@ impl Core {
     pub(super) fn on_tick(&mut self) -> Result<(), CycleError> {
         let now = wall_ms();
         let mut fired = Vec::new();
-        for part in self.parts.values_mut() {
+        self.refresh_caught_up(now);
+        let direct = self.topology == Topology::Direct;
+        let topic = self.k.input_topics[0].clone();
+        let caught_up: Vec<bool> = self
+            .parts
+            .iter()
+            .map(|(&p, part)| direct && self.is_caught_up(&topic, p, part.position()))
+            .collect();
+        for (part, caught_up) in self.parts.values_mut().zip(caught_up) {
             let panes = part
                 .step
-                .tick(now)
+                .tick(now, caught_up)
                 .map_err(|e| CycleError::Fatal(e.to_string()))?;
             if !panes.is_empty() {
                 fired.push((panes, part.epoch));
             }
+        }
+        for src in self.sources.values_mut() {
+            src.front.tick(now);
+        }
+        // A source whose report changed (it went idle, say) has something to commit.
+        if !self.dirty && self.sources_pending() {
+            self.dirty = true;
         }
         // An idle member commits nothing; keep its watermark lag and state figures current anyway.
         if self.last_lag_update.elapsed() >= Duration::from_secs(1) {
@@ -167,16 +208,86 @@ impl Core {
     }
 }
 
+impl Core {
+    /// Looks at the raw log of every input partition that would be idle if it were caught up
+    /// (silent for the idle timeout) and was not looked at for [`CAUGHT_UP_EVERY`]: does a data
+    /// record lie after its position? Only then can it count as idle.
+    pub(super) fn refresh_caught_up(&mut self, now: i64) {
+        let due = |c: Option<&(bool, i64, Instant)>, position: i64| {
+            c.is_none_or(|(_, at, checked)| *at != position || checked.elapsed() >= CAUGHT_UP_EVERY)
+        };
+        let mut wanted: std::collections::BTreeMap<String, Vec<(i32, i64)>> = Default::default();
+        if self.topology == Topology::Direct {
+            let topic = &self.k.input_topics[0];
+            for (&p, part) in &self.parts {
+                let quiet = part
+                    .step
+                    .fronts()
+                    .iter()
+                    .any(|(_, f)| f.report(now, true).idle_at.is_some());
+                let position = part.position();
+                if quiet && due(self.caught_up.get(&(topic.clone(), p)), position) {
+                    wanted.entry(topic.clone()).or_default().push((p, position));
+                }
+            }
+        }
+        for (&(t, p), src) in &self.sources {
+            let topic = self.input_topic(t);
+            let position = src.position();
+            if src.front.report(now, true).idle_at.is_some()
+                && due(self.caught_up.get(&(topic.to_string(), p)), position)
+            {
+                wanted
+                    .entry(topic.to_string())
+                    .or_default()
+                    .push((p, position));
+            }
+        }
+        if wanted.is_empty() {
+            return;
+        }
+        if self.peeker.is_none() {
+            match Peeker::connect(&self.k.bootstrap_servers) {
+                Ok(p) => self.peeker = Some(p),
+                Err(e) => {
+                    tracing::warn!("looking at the input's raw log: {e}");
+                    return;
+                }
+            }
+        }
+        let peeker = self.peeker.as_mut().expect("connected above");
+        for (topic, parts) in wanted {
+            match peeker.data_after(&topic, &parts) {
+                Ok(found) => {
+                    for (p, position) in parts {
+                        let data = found.get(&p).copied().unwrap_or(true);
+                        self.caught_up
+                            .insert((topic.clone(), p), (!data, position, Instant::now()));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("looking at the raw log of {topic}: {e}");
+                    self.peeker = None;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// How often a quiet input partition's raw log is looked at to tell whether it is caught up.
+const CAUGHT_UP_EVERY: Duration = Duration::from_millis(250);
+
 /// What a dead letter says about the input record `topic`/`partition`/`offset` it stands for.
-fn dead_letter_info(
+fn dead_letter_of(
     r: Rejection,
     topic: &str,
     partition: i32,
     offset: i64,
     epoch: u64,
-) -> DeadLetterInfo {
-    DeadLetterInfo {
-        reason: r.reason.as_str(),
+) -> DeadLetter {
+    DeadLetter {
+        reason: r.reason.as_str().to_string(),
         topic: topic.to_string(),
         partition,
         offset,

@@ -1,11 +1,20 @@
 //! Rebalance and restore: the consumer context whose callbacks restore newly assigned partitions
-//! from their changelogs (the log is the only truth) and commit or abort before partitions leave.
+//! from the log (the log is the only truth) and commit or abort before partitions leave.
+//!
+//! An assignment may hold input partitions and, with the repartition hop, partitions of the
+//! repartition topic. An input partition of a pipeline partitioned by the key, and a repartition
+//! partition, is a windowing partition: its state is restored from its changelog partition,
+//! whose offset markers say where it resumes. An input partition of the hop's first stage is a
+//! source: the offsets topic's markers say where it resumes. Repartition partitions are assigned
+//! to keep the group's ownership, then paused: the second stage reads them as a raw log.
 
 use super::errors::RunError;
+use super::sources;
 use super::telemetry::PartGauges;
-use super::{Core, Part};
+use super::{Core, Part, Source, Topology};
+use crate::clock::wall_ms;
 use crate::metrics as m;
-use crate::pipeline::Step;
+use crate::pipeline::{Front, Step};
 use crate::state::changelog::{restore, OpenPolicy, RestoreError, RestoreStats, StartPosition};
 use crate::state::store::{Lineage, StateStore};
 use crate::windowing::engine::WINDOW_OPERATOR;
@@ -17,65 +26,85 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// What an assignment asks of the consumer: where each partition starts, and which to pause.
+pub(super) struct Assigned {
+    start_at: TopicPartitionList,
+    pause: TopicPartitionList,
+}
+
 impl Core {
-    /// Restores newly assigned partitions from their changelogs, opens them, and returns them with
-    /// the offset each must be read from: the offset the changelog's committed transactions say,
-    /// or the reset position where nothing has ever committed. The group's committed offset is
-    /// read only to warn when it disagrees.
+    /// How restores treat open transactions.
+    fn open_policy(&self) -> OpenPolicy {
+        OpenPolicy {
+            transaction_timeout: Duration::from_millis(self.k.transaction_timeout as u64),
+            poll: Duration::from_millis(100),
+        }
+    }
+
+    /// Refuses state written by another pipeline definition.
+    fn check_fingerprint(&self, what: &str, lineage: &Lineage) -> Result<(), RunError> {
+        match &lineage.fingerprint {
+            Some(theirs) if *theirs != self.fingerprint => Err(RunError::Incompatible(format!(
+                "{what}'s state was written by another pipeline definition \
+                 (fingerprint {theirs}, this file's is {}): what shapes the state changed \
+                 (window, lateness, trigger, aggregations, key, timestamp, input format, input \
+                 topics or repartitioning). Run `tidemark replay` with this file to recompute \
+                 from the input, or use a new application_id",
+                self.fingerprint
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Restores newly assigned partitions and returns where each must be read from: the offset
+    /// the log's committed markers say, or the reset position where nothing has ever committed.
+    /// The group's committed offset is read only to warn when it disagrees.
     pub(super) fn assign<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,
         tpl: &TopicPartitionList,
-    ) -> Result<TopicPartitionList, RunError> {
+    ) -> Result<Assigned, RunError> {
         counter!(m::REBALANCES, "kind" => "assign").increment(1);
         self.health.set_ready(false);
         let hints = self.group_offsets(consumer, tpl);
-        let mut start_at = TopicPartitionList::new();
+        let mut out = Assigned {
+            start_at: TopicPartitionList::new(),
+            pause: TopicPartitionList::new(),
+        };
+        let fatal = |e: rdkafka::error::KafkaError| RunError::Fatal(e.to_string());
         for el in tpl.elements() {
-            let p = el.partition();
-            let cf = StateStore::cf_name(WINDOW_OPERATOR, p);
-            let started = Instant::now();
-            let stats = self.restore_partition(&cf, p)?;
-            counter!(m::RESTORE_RECORDS, "partition" => p.to_string())
-                .increment(stats.applied as u64);
-            histogram!(m::RESTORE_DURATION).record(started.elapsed().as_secs_f64());
-            if !stats.waited.is_zero() {
-                histogram!(m::RESTORE_OPEN_WAIT).record(stats.waited.as_secs_f64());
-            }
-            let hint = hints.as_ref().map(|h| h.get(&p).copied().flatten());
-            let start = StartPosition::decide(stats.committed, hint);
-            tracing::info!(
-                partition = p,
-                committed = ?stats.committed,
-                group_offset = ?hint.flatten(),
-                applied = stats.applied,
-                skipped = stats.skipped,
-                markers = stats.markers,
-                changelog_offset = stats.changelog_offset,
-                waited_ms = stats.waited.as_millis() as u64,
-                resets = stats.resets,
-                epoch = stats.lineage.epoch,
-                ms = started.elapsed().as_millis() as u64,
-                "partition restored from the changelog"
-            );
-            if let Some(theirs) = &stats.lineage.fingerprint {
-                if *theirs != self.fingerprint {
-                    return Err(RunError::Incompatible(format!(
-                        "partition {p}'s state was written by another pipeline definition \
-                         (fingerprint {theirs}, this file's is {}): what shapes the state changed \
-                         (window, lateness, trigger, aggregations, key, timestamp or input format). \
-                         Run `tidemark replay` with this file to recompute from the input, or use \
-                         a new application_id",
-                        self.fingerprint
-                    )));
-                }
-            }
+            let (topic, p) = (el.topic().to_string(), el.partition());
+            let hint = hints
+                .as_ref()
+                .map(|h| h.get(&(topic.clone(), p)).copied().flatten());
+            let repartition =
+                matches!(self.topology, Topology::Hop { .. }) && topic == self.k.repartition_topic;
+            let committed = if repartition {
+                self.assign_hop_part(p)?;
+                out.pause
+                    .add_partition(&topic, p)
+                    .set_offset(Offset::Beginning)
+                    .map_err(fatal)?;
+                out.start_at
+                    .add_partition_offset(&topic, p, Offset::Beginning)
+                    .map_err(fatal)?;
+                continue;
+            } else if self.topology == Topology::Direct {
+                self.assign_direct_part(p)?
+            } else {
+                let Some(i) = self.k.input_topics.iter().position(|t| *t == topic) else {
+                    continue;
+                };
+                self.assign_source(i as u16, p)?
+            };
+            let start = StartPosition::decide(committed, hint);
             if start.group_disagrees {
                 tracing::warn!(
+                    topic,
                     partition = p,
-                    log = ?stats.committed,
+                    log = ?committed,
                     group = ?hint.flatten(),
-                    "the consumer group's committed offset disagrees with the changelog; the changelog's is used"
+                    "the consumer group's committed offset disagrees with the log; the log's is used"
                 );
                 counter!(m::GROUP_OFFSET_MISMATCHES, "partition" => p.to_string()).increment(1);
             }
@@ -83,6 +112,7 @@ impl Core {
                 Some(o) => Offset::Offset(o),
                 None => {
                     tracing::info!(
+                        topic,
                         partition = p,
                         reset = ?self.reset,
                         "no transaction has committed work on this partition: starting from the reset position"
@@ -90,59 +120,170 @@ impl Core {
                     self.reset
                 }
             };
-            start_at
-                .add_partition_offset(&self.k.input_topic, p, offset)
-                .map_err(|e| RunError::Fatal(e.to_string()))?;
-            // From here on this definition writes the partition's state: record that with it, so
-            // a later start with another definition is refused even when the changelog's tail
-            // has nothing new to say.
-            let lineage = Lineage {
-                epoch: stats.lineage.epoch,
-                fingerprint: Some(self.fingerprint.clone()),
-            };
-            if stats.lineage != lineage {
-                let mut batch = rocksdb::WriteBatch::default();
-                self.store
-                    .put_lineage(&mut batch, &cf, &lineage)
-                    .and_then(|()| self.store.write(batch))
-                    .map_err(|e| RunError::Fatal(format!("storing the state's lineage: {e}")))?;
-            }
-            // The watermark resumes from the one stored with the state, so replayed records are
-            // judged as they were the first time.
-            let step = Step::open(
-                &self.spec.engine,
-                &self.store,
-                p,
-                Some(self.k.max_future_skew),
-            )
-            .map_err(|e| RunError::Fatal(e.to_string()))?;
-            self.parts.insert(
-                p,
-                Part {
-                    committed_tracker: step.tracker().clone(),
-                    epoch: stats.lineage.epoch,
-                    step,
-                    next_offset: start.offset,
-                    committed_offset: start.offset,
-                    first_seen: None,
-                    cf,
-                    batch_in: 0,
-                    gauges: PartGauges::new(&self.k.input_topic, p),
-                },
-            );
+            out.start_at
+                .add_partition_offset(&topic, p, offset)
+                .map_err(fatal)?;
         }
-        gauge!(m::ASSIGNED_PARTITIONS).set(self.parts.len() as f64);
+        gauge!(m::ASSIGNED_PARTITIONS).set((self.parts.len() + self.sources.len()) as f64);
         self.health.set_ready(true);
-        Ok(start_at)
+        Ok(out)
+    }
+
+    /// Restores windowing partition `p`'s state from its changelog partition, checks and records
+    /// its lineage; returns the restore's figures.
+    fn restore_part(&mut self, p: i32) -> Result<(String, RestoreStats), RunError> {
+        let cf = StateStore::cf_name(WINDOW_OPERATOR, p);
+        let started = Instant::now();
+        let stats = self.restore_partition(&cf, p)?;
+        counter!(m::RESTORE_RECORDS, "partition" => p.to_string()).increment(stats.applied as u64);
+        histogram!(m::RESTORE_DURATION).record(started.elapsed().as_secs_f64());
+        if !stats.waited.is_zero() {
+            histogram!(m::RESTORE_OPEN_WAIT).record(stats.waited.as_secs_f64());
+        }
+        tracing::info!(
+            partition = p,
+            committed = ?stats.committed,
+            applied = stats.applied,
+            skipped = stats.skipped,
+            markers = stats.markers,
+            changelog_offset = stats.changelog_offset,
+            waited_ms = stats.waited.as_millis() as u64,
+            resets = stats.resets,
+            epoch = stats.lineage.epoch,
+            ms = started.elapsed().as_millis() as u64,
+            "partition restored from the changelog"
+        );
+        self.check_fingerprint(&format!("partition {p}"), &stats.lineage)?;
+        // From here on this definition writes the partition's state: record that with it, so a
+        // later start with another definition is refused even when the changelog's tail has
+        // nothing new to say.
+        let lineage = Lineage {
+            epoch: stats.lineage.epoch,
+            fingerprint: Some(self.fingerprint.clone()),
+        };
+        if stats.lineage != lineage {
+            let mut batch = rocksdb::WriteBatch::default();
+            self.store
+                .put_lineage(&mut batch, &cf, &lineage)
+                .and_then(|()| self.store.write(batch))
+                .map_err(|e| RunError::Fatal(format!("storing the state's lineage: {e}")))?;
+        }
+        Ok((cf, stats))
+    }
+
+    /// An input partition of a pipeline partitioned by the key; returns its committed offset.
+    fn assign_direct_part(&mut self, p: i32) -> Result<Option<i64>, RunError> {
+        let (cf, stats) = self.restore_part(p)?;
+        let topic = self.k.input_topics[0].clone();
+        // The watermark resumes from the one stored with the state, so replayed records are
+        // judged as they were the first time.
+        let step = Step::open(
+            &self.spec.engine,
+            &self.store,
+            p,
+            &[format!("{topic}/{p}")],
+            Some(self.k.max_future_skew),
+            wall_ms(),
+        )
+        .map_err(|e| RunError::Fatal(e.to_string()))?;
+        self.parts.insert(
+            p,
+            Part {
+                committed_fronts: step.fronts().to_vec(),
+                epoch: stats.lineage.epoch,
+                step,
+                next_offset: stats.committed,
+                committed_offset: stats.committed,
+                first_seen: None,
+                cf,
+                batch_in: 0,
+                gauges: PartGauges::new(&topic, p),
+            },
+        );
+        Ok(stats.committed)
+    }
+
+    /// A repartition partition (the hop's second stage): restored from its changelog partition,
+    /// then read from the repartition offset it committed.
+    fn assign_hop_part(&mut self, p: i32) -> Result<(), RunError> {
+        let (cf, stats) = self.restore_part(p)?;
+        let step = Step::open_back(&self.spec.engine, &self.store, p, &self.source_names)
+            .map_err(|e| RunError::Fatal(e.to_string()))?;
+        if let Some(t) = self.tailer.as_mut() {
+            t.follow(p, stats.committed.unwrap_or(0));
+        }
+        let topic = self.k.repartition_topic.clone();
+        self.parts.insert(
+            p,
+            Part {
+                committed_fronts: Vec::new(),
+                epoch: stats.lineage.epoch,
+                step,
+                next_offset: stats.committed,
+                committed_offset: stats.committed,
+                first_seen: None,
+                cf,
+                batch_in: 0,
+                gauges: PartGauges::new(&topic, p),
+            },
+        );
+        Ok(())
+    }
+
+    /// An input partition of the hop's first stage (or of `--passthrough`); returns its committed
+    /// offset, from the offsets topic.
+    fn assign_source(&mut self, topic_index: u16, p: i32) -> Result<Option<i64>, RunError> {
+        let topic = self.input_topic(topic_index).to_string();
+        let started = Instant::now();
+        let state = sources::restore(
+            &self.k.bootstrap_servers,
+            &self.k.offsets_topic,
+            self.offsets_partitions,
+            &topic,
+            p,
+            self.open_policy(),
+        )?;
+        tracing::info!(
+            topic,
+            partition = p,
+            committed = ?state.committed,
+            markers = state.markers,
+            epoch = state.lineage.epoch,
+            watermark = state.watermark,
+            ms = started.elapsed().as_millis() as u64,
+            "input partition restored from the offsets topic"
+        );
+        self.check_fingerprint(&format!("input partition {topic}/{p}"), &state.lineage)?;
+        let front = Front::resume(
+            self.spec.engine.watermark,
+            state.watermark,
+            Some(self.k.max_future_skew),
+            wall_ms(),
+        );
+        let records_in =
+            counter!(m::RECORDS_IN, "topic" => topic.clone(), "partition" => p.to_string());
+        self.sources.insert(
+            (topic_index, p),
+            Source {
+                committed_front: front.clone(),
+                front,
+                epoch: state.lineage.epoch,
+                next_offset: state.committed,
+                committed_offset: state.committed,
+                first_seen: None,
+                batch_in: 0,
+                written: None,
+                last_appended: wall_ms(),
+                pending: None,
+                records_in,
+            },
+        );
+        Ok(state.committed)
     }
 
     /// Restores one partition, retrying a failed read of the changelog (a leader that moved, a
     /// broker that is busy) with backoff before giving up. A read never falls back to a guess.
     pub(super) fn restore_partition(&self, cf: &str, p: i32) -> Result<RestoreStats, RunError> {
-        let policy = OpenPolicy {
-            transaction_timeout: Duration::from_millis(self.k.transaction_timeout as u64),
-            poll: Duration::from_millis(100),
-        };
         let mut attempt = 0u32;
         loop {
             let k = &self.k;
@@ -152,7 +293,7 @@ impl Core {
                 &k.bootstrap_servers,
                 &k.changelog_topic,
                 p,
-                policy,
+                self.open_policy(),
             ) {
                 Ok(stats) => return Ok(stats),
                 Err(RestoreError::Read(e)) if attempt < 6 => {
@@ -175,15 +316,18 @@ impl Core {
         &self,
         consumer: &BaseConsumer<C>,
         tpl: &TopicPartitionList,
-    ) -> Option<HashMap<i32, Option<i64>>> {
+    ) -> Option<HashMap<(String, i32), Option<i64>>> {
         match consumer.committed_offsets(tpl.clone(), Duration::from_secs(5)) {
             Ok(committed) => Some(
                 committed
                     .elements()
                     .iter()
-                    .map(|e| match e.offset() {
-                        Offset::Offset(o) => (e.partition(), Some(o)),
-                        _ => (e.partition(), None),
+                    .map(|e| {
+                        let key = (e.topic().to_string(), e.partition());
+                        match e.offset() {
+                            Offset::Offset(o) => (key, Some(o)),
+                            _ => (key, None),
+                        }
                     })
                     .collect(),
             ),
@@ -210,22 +354,36 @@ impl Core {
             self.commit(consumer)?;
         }
         for el in tpl.elements() {
-            if let Some(part) = self.parts.remove(&el.partition()) {
-                if lost {
-                    tracing::warn!(
-                        partition = el.partition(),
-                        "assignment lost: the partition's uncommitted work is dropped"
-                    );
-                } else {
-                    tracing::info!(
-                        partition = el.partition(),
-                        cf = part.cf,
-                        "partition revoked"
-                    );
+            let (topic, p) = (el.topic(), el.partition());
+            let windowing = match self.topology {
+                Topology::Direct => true,
+                Topology::Hop { .. } => topic == self.k.repartition_topic,
+                Topology::Passthrough => false,
+            };
+            let removed = if windowing {
+                if let Some(t) = self.tailer.as_mut() {
+                    t.unfollow(p);
                 }
+                self.parts.remove(&p).is_some()
+            } else {
+                let i = self.k.input_topics.iter().position(|t| t == topic);
+                i.and_then(|i| self.sources.remove(&(i as u16, p)))
+                    .is_some()
+            };
+            if !removed {
+                continue;
+            }
+            if lost {
+                tracing::warn!(
+                    topic,
+                    partition = p,
+                    "assignment lost: the partition's uncommitted work is dropped"
+                );
+            } else {
+                tracing::info!(topic, partition = p, "partition revoked");
             }
         }
-        gauge!(m::ASSIGNED_PARTITIONS).set(self.parts.len() as f64);
+        gauge!(m::ASSIGNED_PARTITIONS).set((self.parts.len() + self.sources.len()) as f64);
         if lost && self.dirty {
             self.abort_and_rewind(consumer, "the assignment was lost")?;
         }
@@ -233,20 +391,23 @@ impl Core {
     }
 }
 
-fn partitions_of(tpl: &TopicPartitionList) -> Vec<i32> {
-    tpl.elements().iter().map(|e| e.partition()).collect()
+fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_string(), e.partition()))
+        .collect()
 }
 
 /// The consumer context: rebalance callbacks run the coordinator's assign and revoke.
 pub struct RebalanceContext {
     pub(super) core: Arc<Mutex<Core>>,
-    pub(super) input_topic: String,
+    pub(super) input_topics: Vec<String>,
 }
 
 impl ClientContext for RebalanceContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
         for topic in statistics.topics.values() {
-            if topic.topic != self.input_topic {
+            if !self.input_topics.contains(&topic.topic) {
                 continue;
             }
             // Offsets are committed by transactions, not by the consumer, so librdkafka's own
@@ -260,7 +421,7 @@ impl ClientContext for RebalanceContext {
                     part.hi_offset
                 };
                 if *p >= 0 && part.app_offset >= 0 && end >= 0 {
-                    gauge!(m::CONSUMER_LAG, "partition" => p.to_string())
+                    gauge!(m::CONSUMER_LAG, "topic" => topic.topic.clone(), "partition" => p.to_string())
                         .set((end - part.app_offset).max(0) as f64);
                 }
             }
@@ -270,7 +431,7 @@ impl ClientContext for RebalanceContext {
 
 impl ConsumerContext for RebalanceContext {
     /// Replaces librdkafka's default handling so that assigned partitions start at the offsets the
-    /// changelog says, never at the group's committed offset.
+    /// log says, never at the group's committed offset.
     fn rebalance(
         &self,
         consumer: &BaseConsumer<Self>,
@@ -286,8 +447,22 @@ impl ConsumerContext for RebalanceContext {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 tracing::info!(partitions = ?partitions_of(tpl), "rebalance: assigning");
                 match core.assign(consumer, tpl) {
-                    Ok(start_at) if cooperative => consumer.incremental_assign(&start_at),
-                    Ok(start_at) => consumer.assign(&start_at),
+                    Ok(a) => {
+                        let assigned = if cooperative {
+                            consumer.incremental_assign(&a.start_at)
+                        } else {
+                            consumer.assign(&a.start_at)
+                        };
+                        // The second stage reads repartition partitions as a raw log; the
+                        // consumer only keeps them.
+                        assigned.and_then(|()| {
+                            if a.pause.count() > 0 {
+                                consumer.pause(&a.pause)
+                            } else {
+                                Ok(())
+                            }
+                        })
+                    }
                     Err(e) => {
                         core.fatal = Some(e);
                         Ok(())

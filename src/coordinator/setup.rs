@@ -1,56 +1,161 @@
 //! Startup: the topics the pipeline needs, and the input decoder and output encoder.
 
 use super::errors::RunError;
-use crate::avro::{AvroEncoder, Framing, OutputFormat, SchemaRegistry};
+use super::Mode;
+use crate::avro::{Framing, SchemaRegistry};
 use crate::config::{KafkaSpec, PipelineSpec};
+use crate::format::avro::{DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHEMA};
+use crate::format::{Encoder, OutputFormat};
 use crate::source::decode::Decoder;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub(super) fn ensure_topics(k: &KafkaSpec) -> Result<i32, RunError> {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    let probe: BaseConsumer = crate::source::base_config(k)
-        .create()
-        .map_err(|e| RunError::Startup(format!("creating a client: {e}")))?;
-    let meta = probe
-        .fetch_metadata(Some(&k.input_topic), Duration::from_secs(10))
-        .map_err(|e| RunError::Startup(format!("reading metadata of {}: {e}", k.input_topic)))?;
-    let partitions = meta
-        .topics()
-        .first()
-        .filter(|t| t.error().is_none())
-        .map(|t| t.partitions().len() as i32)
-        .filter(|&n| n > 0)
-        .ok_or_else(|| {
-            RunError::Startup(format!("input topic {} does not exist", k.input_topic))
-        })?;
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = crate::source::base_config(k)
-        .create()
-        .map_err(|e| RunError::Startup(format!("creating an admin client: {e}")))?;
-    let out_parts = k.output_partitions.unwrap_or(partitions);
-    // Only missing topics are created: a cluster where they all exist needs no admin rights (and
-    // librdkafka's mock cluster, used by the fault-injection tests, has no CreateTopics).
+/// What startup found and made of the topics.
+#[derive(Debug)]
+pub(super) struct Layout {
+    /// Partitions of the repartition topic (0 without the hop).
+    pub(super) repartition_partitions: i32,
+    /// Partitions of the offsets topic (0 without the first stage).
+    pub(super) offsets_partitions: i32,
+    /// `topic/partition` of every input partition: the watermark sources of the hop.
+    pub(super) source_names: Vec<String>,
+}
+
+/// The partition counts of every topic in the cluster (topics without partitions left out).
+fn partition_counts(probe: &BaseConsumer) -> Result<BTreeMap<String, i32>, RunError> {
     let meta = probe
         .fetch_metadata(None, Duration::from_secs(10))
         .map_err(|e| RunError::Startup(format!("reading cluster metadata: {e}")))?;
-    let exists = |name: &str| {
-        meta.topics()
-            .iter()
-            .any(|t| t.name() == name && t.error().is_none() && !t.partitions().is_empty())
+    Ok(meta
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| (t.name().to_string(), t.partitions().len() as i32))
+        .collect())
+}
+
+/// Checks the input topics and creates the missing topics the pipeline writes: output and dead
+/// letters (as many partitions as `output_partitions`, or the largest input), the changelog (one
+/// partition per windowing partition), and for the hop the repartition topic
+/// (`repartition_partitions`, or the largest input) and the offsets topic (the largest input). A
+/// repartition topic that exists with another partition count, or a changelog with fewer
+/// partitions than there are windowing partitions, is refused.
+pub(super) fn ensure_topics(k: &KafkaSpec, mode: Mode) -> Result<Layout, RunError> {
+    let probe: BaseConsumer = crate::source::base_config(k)
+        .create()
+        .map_err(|e| RunError::Startup(format!("creating a client: {e}")))?;
+    let counts = partition_counts(&probe)?;
+    let mut inputs = Vec::new();
+    for t in &k.input_topics {
+        // Ask for the topic itself too: a cluster's metadata can lag behind a new topic.
+        let n = match counts.get(t) {
+            Some(&n) => n,
+            None => probe
+                .fetch_metadata(Some(t), Duration::from_secs(10))
+                .ok()
+                .and_then(|m| {
+                    m.topics()
+                        .first()
+                        .filter(|x| x.error().is_none())
+                        .map(|x| x.partitions().len() as i32)
+                })
+                .filter(|&n| n > 0)
+                .ok_or_else(|| RunError::Startup(format!("input topic {t} does not exist")))?,
+        };
+        inputs.push((t.clone(), n));
+    }
+    let largest = inputs.iter().map(|(_, n)| *n).max().unwrap_or(1);
+    let hop = mode == Mode::Windows && k.repartition;
+    let first_stage = hop || mode == Mode::Passthrough;
+    let repartition = if hop {
+        let want = k.repartition_partitions.unwrap_or(largest);
+        if let Some(&have) = counts.get(&k.repartition_topic) {
+            if have != want {
+                return Err(RunError::Incompatible(format!(
+                    "the repartition topic {} has {have} partitions, but this pipeline needs {want} ({}): \
+                     the partition of a key would change. Set kafka.repartition_partitions = {have}, \
+                     or replay into a new application_id",
+                    k.repartition_topic,
+                    if k.repartition_partitions.is_some() {
+                        "kafka.repartition_partitions"
+                    } else {
+                        "the largest input partition count"
+                    }
+                )));
+            }
+        }
+        want
+    } else {
+        0
     };
-    let topics: Vec<NewTopic<'_>> = [
+    let windowing_partitions = if hop { repartition } else { largest };
+    if let Some(&have) = counts.get(&k.changelog_topic) {
+        if mode == Mode::Windows && have < windowing_partitions {
+            return Err(RunError::Incompatible(format!(
+                "the changelog topic {} has {have} partitions, fewer than the {windowing_partitions} partitions this pipeline windows",
+                k.changelog_topic
+            )));
+        }
+    }
+    let out_parts = k.output_partitions.unwrap_or(largest);
+    let mut wanted = vec![
         NewTopic::new(&k.output_topic, out_parts, TopicReplication::Fixed(1)),
         NewTopic::new(&k.dead_letter_topic, out_parts, TopicReplication::Fixed(1)),
-        NewTopic::new(&k.changelog_topic, partitions, TopicReplication::Fixed(1))
+    ];
+    if mode == Mode::Windows {
+        wanted.push(
+            NewTopic::new(
+                &k.changelog_topic,
+                windowing_partitions,
+                TopicReplication::Fixed(1),
+            )
             .set("cleanup.policy", "compact"),
-    ]
-    .into_iter()
-    .filter(|t| !exists(t.name))
-    .collect();
-    if topics.is_empty() {
-        return Ok(partitions);
+        );
     }
+    if hop {
+        wanted.push(NewTopic::new(
+            &k.repartition_topic,
+            repartition,
+            TopicReplication::Fixed(1),
+        ));
+    }
+    if first_stage {
+        wanted.push(
+            NewTopic::new(&k.offsets_topic, largest, TopicReplication::Fixed(1))
+                .set("cleanup.policy", "compact"),
+        );
+    }
+    // Only missing topics are created: a cluster where they all exist needs no admin rights (and
+    // librdkafka's mock cluster, used by the fault-injection tests, has no CreateTopics).
+    wanted.retain(|t| !counts.contains_key(t.name));
+    create(k, &wanted)?;
+    let offsets_partitions = if first_stage {
+        counts.get(&k.offsets_topic).copied().unwrap_or(largest)
+    } else {
+        0
+    };
+    let source_names = inputs
+        .iter()
+        .flat_map(|(t, n)| (0..*n).map(move |p| format!("{t}/{p}")))
+        .collect();
+    Ok(Layout {
+        repartition_partitions: repartition,
+        offsets_partitions,
+        source_names,
+    })
+}
+
+/// Creates `topics` (an existing one is fine).
+fn create(k: &KafkaSpec, topics: &[NewTopic<'_>]) -> Result<(), RunError> {
+    if topics.is_empty() {
+        return Ok(());
+    }
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = crate::source::base_config(k)
+        .create()
+        .map_err(|e| RunError::Startup(format!("creating an admin client: {e}")))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -68,16 +173,13 @@ pub(super) fn ensure_topics(k: &KafkaSpec) -> Result<i32, RunError> {
             Err((t, e)) => return Err(RunError::Startup(format!("creating topic {t}: {e}"))),
         }
     }
-    Ok(partitions)
+    Ok(())
 }
 
-/// Builds the input decoder and the output encoder, connecting to the Schema Registry when one is
-/// configured (a registry that is down is a startup error) and registering the output schemas
-/// under `<topic>-value`.
-pub(super) fn codecs(
-    spec: &PipelineSpec,
-    k: &KafkaSpec,
-) -> Result<(Decoder, Option<AvroEncoder>), RunError> {
+/// Builds the input decoder and the output encoder (JSON or Avro), connecting to the Schema
+/// Registry when one is configured (a registry that is down is a startup error) and registering
+/// the output schemas under `<topic>-value`.
+pub(super) fn codecs(spec: &PipelineSpec, k: &KafkaSpec) -> Result<(Decoder, Encoder), RunError> {
     let registry = match &spec.schema_registry {
         None => None,
         Some(url) => {
@@ -87,7 +189,7 @@ pub(super) fn codecs(
     let decoder =
         Decoder::for_spec(spec, registry.clone()).map_err(|e| RunError::Startup(e.to_string()))?;
     let encoder = match &spec.output_format {
-        OutputFormat::Json => None,
+        OutputFormat::Json => Encoder::json(&spec.engine.aggregations),
         OutputFormat::Avro {
             framing,
             pane_schema_id,
@@ -100,8 +202,8 @@ pub(super) fn codecs(
                             .map_err(|e| RunError::Startup(e.to_string()))
                     };
                     (
-                        reg(&k.output_topic, crate::avro::WINDOW_RESULT_SCHEMA)?,
-                        reg(&k.dead_letter_topic, crate::avro::DEAD_LETTER_SCHEMA)?,
+                        reg(&k.output_topic, WINDOW_RESULT_SCHEMA)?,
+                        reg(&k.dead_letter_topic, DEAD_LETTER_SCHEMA)?,
                     )
                 }
                 _ => (
@@ -109,10 +211,8 @@ pub(super) fn codecs(
                     dead_letter_schema_id.unwrap_or(0),
                 ),
             };
-            Some(
-                AvroEncoder::new(*framing, pane_id, dl_id)
-                    .map_err(|e| RunError::Startup(e.to_string()))?,
-            )
+            Encoder::avro(&spec.engine.aggregations, *framing, pane_id, dl_id)
+                .map_err(|e| RunError::Startup(e.to_string()))?
         }
     };
     Ok((decoder, encoder))

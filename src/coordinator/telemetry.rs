@@ -69,6 +69,9 @@ impl Core {
         for t in batch.fired_at {
             latency.record((now - t).max(0) as f64 / 1000.0);
         }
+        for src in self.sources.values_mut() {
+            src.records_in.increment(std::mem::take(&mut src.batch_in));
+        }
         for part in self.parts.values_mut() {
             part.gauges
                 .records_in

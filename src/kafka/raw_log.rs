@@ -429,6 +429,11 @@ impl StreamResolver {
             };
             self.queue.push_back((raw, fate));
         }
+        self.drain(emit)
+    }
+
+    /// Hands on the resolved records at the head of the queue.
+    fn drain<E>(&mut self, emit: &mut impl FnMut(RawRecord) -> Result<(), E>) -> Result<(), E> {
         while self.queue.front().is_some_and(|(_, f)| *f != Fate::Open) {
             let (rec, fate) = self.queue.pop_front().expect("checked");
             self.popped += 1;
@@ -438,6 +443,31 @@ impl StreamResolver {
             }
         }
         Ok(())
+    }
+
+    /// Treats as aborted every open transaction whose first record is stamped before `before`
+    /// (epoch ms): a broker aborts a transaction older than its timeout, so it can never commit.
+    /// Returns how many transactions were given up.
+    fn abort_older_than<E>(
+        &mut self,
+        before: i64,
+        emit: &mut impl FnMut(RawRecord) -> Result<(), E>,
+    ) -> Result<usize, E> {
+        let stale: Vec<i64> = self
+            .open
+            .iter()
+            .filter(|(_, (_, seqs))| {
+                seqs.first()
+                    .is_some_and(|&s| self.queue[s - self.popped].0.timestamp < before)
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in &stale {
+            let (_, seqs) = self.open.remove(pid).expect("listed");
+            self.settle(seqs, Fate::Aborted);
+        }
+        self.drain(emit)?;
+        Ok(stale.len())
     }
 
     /// At the end of the log: hands on committed records still queued behind an open
@@ -700,6 +730,354 @@ impl Follow {
         fresh
     }
 }
+
+/// Follows several partitions of one topic as they grow, for a reader that polls all the time (the
+/// second stage of the repartition hop): one Fetch request per leader and poll for every followed
+/// partition, and a transaction resolver per partition kept from one poll to the next, so each
+/// record is fetched and decoded once. Committed records come out in offset order per partition.
+///
+/// A transaction with no marker yet holds back the records after it. One whose first record is
+/// older than the transaction timeout is given up as aborted (the broker aborts it; it can never
+/// commit), the rule a restore follows too, so a producer that died and never came back cannot
+/// stall a partition for ever.
+pub struct Tailer {
+    topic: String,
+    bootstrap: RawClient,
+    conns: Leaders,
+    /// Leader address per partition, asked afresh after an error.
+    leaders: BTreeMap<i32, String>,
+    parts: BTreeMap<i32, TailPart>,
+    transaction_timeout: i64,
+    /// Rotates the order of partitions in requests: some brokers fill a response from its first
+    /// partition on, which would starve the others while it has a backlog.
+    turn: usize,
+}
+
+/// One followed partition.
+struct TailPart {
+    resolver: StreamResolver,
+    /// The offset of the next fetch.
+    fetch_offset: i64,
+    /// Whether the last fetch reached the partition's end (its high watermark): only then can
+    /// an open transaction be judged to have no marker coming.
+    at_end: bool,
+}
+
+impl std::fmt::Debug for Tailer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tailer")
+            .field("topic", &self.topic)
+            .field("partitions", &self.parts.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Tailer {
+    /// Connects to the first bootstrap server; transactions older than `transaction_timeout`
+    /// (ms) without a marker are given up as aborted.
+    pub fn connect(
+        bootstrap: &str,
+        topic: &str,
+        transaction_timeout: i64,
+    ) -> Result<Tailer, RawLogError> {
+        Ok(Tailer {
+            topic: topic.to_string(),
+            bootstrap: connect(bootstrap)?,
+            conns: Leaders {
+                clients: HashMap::new(),
+            },
+            leaders: BTreeMap::new(),
+            parts: BTreeMap::new(),
+            transaction_timeout,
+            turn: 0,
+        })
+    }
+
+    /// Follows partition `p` from offset `from`, forgetting what was read of it before.
+    pub fn follow(&mut self, p: i32, from: i64) {
+        self.parts.insert(
+            p,
+            TailPart {
+                resolver: StreamResolver::new(p, from),
+                fetch_offset: from,
+                at_end: false,
+            },
+        );
+    }
+
+    /// Stops following partition `p`.
+    pub fn unfollow(&mut self, p: i32) {
+        self.parts.remove(&p);
+    }
+
+    /// Whether any partition is followed.
+    pub fn is_idle(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    /// Fetches every followed partition once, waiting at most `max_wait_ms` for data, and hands
+    /// each committed record, resolved, to `emit`. Returns how many records were fetched (control
+    /// records and records still in open transactions included).
+    pub fn poll(
+        &mut self,
+        max_wait_ms: i32,
+        mut emit: impl FnMut(RawRecord),
+    ) -> Result<usize, RawLogError> {
+        if self.parts.is_empty() {
+            return Ok(0);
+        }
+        if self.parts.keys().any(|p| !self.leaders.contains_key(p)) {
+            self.leaders = leaders(&mut self.bootstrap, &self.topic)?;
+        }
+        let mut by_leader: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
+        for (&p, part) in &self.parts {
+            let addr = self.leaders.get(&p).ok_or_else(|| RawLogError::Broker {
+                code: 3,
+                what: format!("{} has no partition {p}", self.topic),
+            })?;
+            by_leader
+                .entry(addr.clone())
+                .or_default()
+                .push((p, part.fetch_offset));
+        }
+        self.turn = self.turn.wrapping_add(1);
+        let mut fetched = 0;
+        let ok = |_: ()| Ok::<(), std::convert::Infallible>(());
+        for (addr, mut wanted) in by_leader {
+            let n = wanted.len();
+            wanted.rotate_left(self.turn % n);
+            let req = FetchRequest::default()
+                .with_replica_id((-1).into())
+                // Some brokers answer a fetch that may not wait with nothing at all (Tansu): wait
+                // at least a millisecond.
+                .with_max_wait_ms(max_wait_ms.max(1))
+                .with_min_bytes(1)
+                .with_max_bytes(16 << 20)
+                .with_isolation_level(0)
+                .with_session_epoch(-1)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(self.topic.clone())))
+                    .with_partitions(
+                        wanted
+                            .iter()
+                            .map(|&(p, offset)| {
+                                FetchPartition::default()
+                                    .with_partition(p)
+                                    .with_fetch_offset(offset)
+                                    .with_partition_max_bytes(4 << 20)
+                            })
+                            .collect(),
+                    )]);
+            let result: Result<FetchResponse, RawLogError> = self
+                .conns
+                .get(&addr)
+                .and_then(|c| c.request(ApiKey::Fetch, FETCH_VERSION, &req));
+            let resp = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    // The connection or the leader may have moved: ask again next time.
+                    self.conns.clients.remove(&addr);
+                    self.leaders.clear();
+                    return Err(e);
+                }
+            };
+            if resp.error_code != 0 {
+                self.leaders.clear();
+                return Err(RawLogError::Broker {
+                    code: resp.error_code,
+                    what: format!("fetch {}", self.topic),
+                });
+            }
+            for t in resp.responses {
+                for fp in t.partitions {
+                    let p = fp.partition_index;
+                    let Some(part) = self.parts.get_mut(&p) else {
+                        continue;
+                    };
+                    if fp.error_code != 0 {
+                        self.leaders.clear();
+                        return Err(RawLogError::Broker {
+                            code: fp.error_code,
+                            what: format!("fetch {}/{p}@{}", self.topic, part.fetch_offset),
+                        });
+                    }
+                    let Some(mut bytes) = fp.records else {
+                        continue;
+                    };
+                    while bytes.has_remaining() {
+                        let set = RecordBatchDecoder::decode(&mut bytes)
+                            .map_err(|e| RawLogError::Protocol(format!("record batch: {e}")))?;
+                        for r in set.records {
+                            if r.offset >= part.fetch_offset {
+                                part.fetch_offset = r.offset + 1;
+                                fetched += 1;
+                                part.resolver
+                                    .push(r, &mut |rec| {
+                                        emit(rec);
+                                        ok(())
+                                    })
+                                    .expect("infallible");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let before = crate::clock::wall_ms().saturating_sub(self.transaction_timeout);
+        for (p, part) in &mut self.parts {
+            if !part.at_end {
+                // A marker may still be on its way in the part of the log not read yet.
+                continue;
+            }
+            let given_up = part
+                .resolver
+                .abort_older_than(before, &mut |rec| {
+                    emit(rec);
+                    ok(())
+                })
+                .expect("infallible");
+            if given_up > 0 {
+                tracing::warn!(
+                    topic = self.topic,
+                    partition = p,
+                    transactions = given_up,
+                    "transactions older than the transaction timeout never resolved: treated as aborted"
+                );
+            }
+            // Only the counts of a restore need them.
+            part.resolver.aborted_offsets.clear();
+        }
+        Ok(fetched)
+    }
+}
+
+/// Says whether partitions of a topic hold a data record at or after a given offset, from the raw
+/// log, in one fetch per leader: whether an input is caught up, judged from the log itself rather
+/// than from a high watermark some brokers misreport (Tansu, after non-transactional batches).
+/// Control records (transaction markers) do not count.
+pub struct Peeker {
+    bootstrap: RawClient,
+    conns: Leaders,
+    /// Leaders per topic, asked on first use and again after an error.
+    leaders: HashMap<String, BTreeMap<i32, String>>,
+}
+
+impl std::fmt::Debug for Peeker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peeker").finish_non_exhaustive()
+    }
+}
+
+impl Peeker {
+    /// Connects to the first bootstrap server.
+    pub fn connect(bootstrap: &str) -> Result<Peeker, RawLogError> {
+        Ok(Peeker {
+            bootstrap: connect(bootstrap)?,
+            conns: Leaders {
+                clients: HashMap::new(),
+            },
+            leaders: HashMap::new(),
+        })
+    }
+
+    /// For each (partition, offset) of `topic`: whether a data record lies at or after the
+    /// offset. An offset before the log's start counts as having data unless the log is empty.
+    pub fn data_after(
+        &mut self,
+        topic: &str,
+        wanted: &[(i32, i64)],
+    ) -> Result<BTreeMap<i32, bool>, RawLogError> {
+        if !self.leaders.contains_key(topic) {
+            let l = leaders(&mut self.bootstrap, topic)?;
+            self.leaders.insert(topic.to_string(), l);
+        }
+        let mut by_leader: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
+        for &(p, offset) in wanted {
+            let addr = self.leaders[topic]
+                .get(&p)
+                .ok_or_else(|| RawLogError::Broker {
+                    code: 3,
+                    what: format!("{topic} has no partition {p}"),
+                })?;
+            by_leader.entry(addr.clone()).or_default().push((p, offset));
+        }
+        let mut out = BTreeMap::new();
+        for (addr, parts) in by_leader {
+            let req = FetchRequest::default()
+                .with_replica_id((-1).into())
+                .with_max_wait_ms(1)
+                .with_min_bytes(1)
+                .with_max_bytes(1 << 20)
+                .with_isolation_level(0)
+                .with_session_epoch(-1)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+                    .with_partitions(
+                        parts
+                            .iter()
+                            .map(|&(p, offset)| {
+                                FetchPartition::default()
+                                    .with_partition(p)
+                                    .with_fetch_offset(offset)
+                                    .with_partition_max_bytes(64 << 10)
+                            })
+                            .collect(),
+                    )]);
+            let result: Result<FetchResponse, RawLogError> = self
+                .conns
+                .get(&addr)
+                .and_then(|c| c.request(ApiKey::Fetch, FETCH_VERSION, &req));
+            let resp = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    self.conns.clients.remove(&addr);
+                    self.leaders.remove(topic);
+                    return Err(e);
+                }
+            };
+            for t in resp.responses {
+                for fp in t.partitions {
+                    let p = fp.partition_index;
+                    let Some(&(_, offset)) = parts.iter().find(|(q, _)| *q == p) else {
+                        continue;
+                    };
+                    let data = match fp.error_code {
+                        0 => {
+                            let mut data = false;
+                            if let Some(mut bytes) = fp.records {
+                                while bytes.has_remaining() && !data {
+                                    let set =
+                                        RecordBatchDecoder::decode(&mut bytes).map_err(|e| {
+                                            RawLogError::Protocol(format!("record batch: {e}"))
+                                        })?;
+                                    data = set
+                                        .records
+                                        .iter()
+                                        .any(|r| !r.control && r.offset >= offset);
+                                }
+                            }
+                            data
+                        }
+                        // Before the log's start: data unless the log is empty.
+                        OFFSET_OUT_OF_RANGE => fp.log_start_offset < fp.high_watermark,
+                        code => {
+                            self.leaders.remove(topic);
+                            return Err(RawLogError::Broker {
+                                code,
+                                what: format!("fetch {topic}/{p}@{offset}"),
+                            });
+                        }
+                    };
+                    out.insert(p, data);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Kafka's OFFSET_OUT_OF_RANGE error code.
+const OFFSET_OUT_OF_RANGE: i16 = 1;
 
 /// Reads a topic's raw log and resolves every transaction.
 pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicLog, RawLogError> {

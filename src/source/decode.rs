@@ -29,6 +29,14 @@ impl Decoder {
         })
     }
 
+    /// Decodes a record value; the grouping key is its `[input] key` field.
+    pub fn decode(&mut self, bytes: &[u8]) -> Result<Event, DecodeError> {
+        match self {
+            Decoder::Json(d) => d.decode(bytes),
+            Decoder::Avro(d) => d.decode(bytes, None),
+        }
+    }
+
     /// Decodes a record value whose grouping key is the record key.
     pub fn decode_keyed(&mut self, bytes: &[u8], key: String) -> Result<Event, DecodeError> {
         match self {

@@ -62,6 +62,19 @@ pub const EPOCH_HEADER: &str = "tidemark.epoch";
 /// Header carrying the pipeline fingerprint on changelog markers.
 pub const FINGERPRINT_HEADER: &str = "tidemark.fingerprint";
 
+/// The key of a marker (offset, reset or epoch) of one input partition in a topic of markers
+/// shared by many (the offsets topic of the repartition hop): the marker's key, `/`, the topic,
+/// `/`, the partition. [`Fold::record_keyed`] folds such a record under the plain marker key.
+pub fn source_marker_key(marker: &[u8], topic: &str, partition: i32) -> Vec<u8> {
+    let mut key = Vec::with_capacity(marker.len() + topic.len() + 12);
+    key.extend_from_slice(marker);
+    key.push(b'/');
+    key.extend_from_slice(topic.as_bytes());
+    key.push(b'/');
+    key.extend_from_slice(partition.to_string().as_bytes());
+    key
+}
+
 /// The headers of a changelog marker (offset, reset or epoch): its stamp, when it has one, the
 /// replay epoch and the pipeline fingerprint. `tidemark run` and `tidemark replay` both write
 /// markers through this, and [`Fold`] reads them back.
@@ -173,7 +186,12 @@ impl Fold {
 
     /// Takes one record of a committed transaction; returns what it does to the state.
     pub fn record<'a>(&mut self, r: &'a RawRecord) -> StateWrite<'a> {
-        let key = r.key.as_deref();
+        self.record_keyed(r.key.as_deref(), r)
+    }
+
+    /// Like [`Fold::record`], with `key` read in place of the record's own key (a marker of one
+    /// input partition in a shared topic, folded under the plain marker key).
+    pub fn record_keyed<'a>(&mut self, key: Option<&'a [u8]>, r: &'a RawRecord) -> StateWrite<'a> {
         if key == Some(RESET_MARKER_KEY) {
             // Everything before is ignored: the committed offset is the marker's, not the max.
             self.resets += 1;
@@ -230,6 +248,88 @@ pub fn committed_now(
         Ok::<(), RawLogError>(())
     })?;
     Ok((fold.committed, fold.lineage))
+}
+
+/// Header carrying an input partition's watermark on its offset markers in a topic of markers
+/// shared by many (the offsets topic).
+pub const SOURCE_WATERMARK_HEADER: &str = "tidemark.source_watermark";
+
+/// Header carrying the partition count of a topic of markers shared by many when a marker was
+/// written: a marker read under another count means the topic was resized and markers moved.
+pub const MARKER_PARTITIONS_HEADER: &str = "tidemark.offsets_partitions";
+
+/// The partition of a topic of markers shared by many (with `partitions` partitions) that holds
+/// the markers of input partition `p`.
+pub fn marker_partition(p: i32, partitions: i32) -> i32 {
+    p.rem_euclid(partitions.max(1))
+}
+
+/// What the committed markers of one input partition in a topic of markers shared by many say.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SourceMarkers {
+    /// The committed input offset; `None` when nothing ever committed.
+    pub committed: Option<i64>,
+    /// Replay epoch and fingerprint.
+    pub lineage: Lineage,
+    /// The input partition's watermark at its last committed marker since the latest reset
+    /// (`i64::MIN` for none).
+    pub watermark: i64,
+    /// Offset markers read.
+    pub markers: usize,
+    /// A partition count other than the topic's that a marker was written under, if any.
+    pub written_under: Option<i32>,
+}
+
+/// Reads the committed markers of input partition `p` of `topic` from partition `partition` of
+/// `markers_topic` (which has `partitions` partitions), from its start. Returns them and the
+/// log's tail summary (open transactions, for the caller to wait on).
+pub fn source_markers(
+    bootstrap: &str,
+    markers_topic: &str,
+    partition: i32,
+    partitions: i32,
+    topic: &str,
+    p: i32,
+) -> Result<(SourceMarkers, PartitionLog), RawLogError> {
+    let suffix = format!("/{topic}/{p}");
+    let mut fold = Fold::new(None, Lineage::default());
+    let mut out = SourceMarkers {
+        watermark: i64::MIN,
+        ..SourceMarkers::default()
+    };
+    let log = stream_partition(bootstrap, markers_topic, partition, 0, |r: RawRecord| {
+        let Some(marker) = r
+            .key
+            .as_deref()
+            .and_then(|k| k.strip_suffix(suffix.as_bytes()))
+        else {
+            return Ok::<(), RawLogError>(());
+        };
+        if let Some(n) = r
+            .header(MARKER_PARTITIONS_HEADER)
+            .and_then(|n| n.parse::<i32>().ok())
+        {
+            if n != partitions {
+                out.written_under = Some(n);
+            }
+        }
+        if marker == RESET_MARKER_KEY {
+            // A replay: the input partition starts again from the reset's offset, and so does
+            // its watermark.
+            out.watermark = i64::MIN;
+        } else if let Some(w) = r
+            .header(SOURCE_WATERMARK_HEADER)
+            .and_then(|w| w.parse::<i64>().ok())
+        {
+            out.watermark = out.watermark.max(w);
+        }
+        fold.record_keyed(Some(marker), &r);
+        Ok(())
+    })?;
+    out.committed = fold.committed;
+    out.lineage = fold.lineage;
+    out.markers = fold.markers;
+    Ok((out, log))
 }
 
 /// How a restore treats transactions that are still open.

@@ -132,36 +132,6 @@ impl Acc {
             AggOp::Mean => field.map(|f| f.sum / self.count as f64),
         }
     }
-
-    /// Appends a fixed binary encoding (count, then sum/min/max per field).
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.count.to_le_bytes());
-        out.push(self.fields.len() as u8);
-        for f in &self.fields {
-            out.extend_from_slice(&f.sum.to_le_bytes());
-            out.extend_from_slice(&f.min.to_le_bytes());
-            out.extend_from_slice(&f.max.to_le_bytes());
-        }
-    }
-
-    /// Decodes what [`Acc::encode`] wrote; returns the rest of the input.
-    pub fn decode(bytes: &[u8]) -> Option<(Acc, &[u8])> {
-        let count = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
-        let n = *bytes.get(8)? as usize;
-        let mut rest = &bytes[9..];
-        let mut fields = Vec::with_capacity(n);
-        for _ in 0..n {
-            let chunk = rest.get(..24)?;
-            let f = |i: usize| f64::from_le_bytes(chunk[i..i + 8].try_into().expect("8 bytes"));
-            fields.push(FieldAcc {
-                sum: f(0),
-                min: f(8),
-                max: f(16),
-            });
-            rest = &rest[24..];
-        }
-        Some((Acc { count, fields }, rest))
-    }
 }
 
 /// Whether any aggregation needs a minimum or maximum (which cannot be subtracted).
@@ -241,18 +211,5 @@ mod tests {
         a.subtract(&b);
         assert_eq!(a.count, 2);
         assert_eq!(a.fields[0].sum, 6.0);
-    }
-
-    #[test]
-    fn encoding_round_trips() {
-        let mut a = Acc::empty(2);
-        a.add(&[1.5, -3.0]);
-        let mut buf = Vec::new();
-        a.encode(&mut buf);
-        buf.push(42);
-        let (back, rest) = Acc::decode(&buf).unwrap();
-        assert_eq!(back, a);
-        assert_eq!(rest, &[42]);
-        assert!(Acc::decode(&buf[..5]).is_none());
     }
 }

@@ -15,12 +15,16 @@
 //! * session: per-key sessions that merge, with retractions for superseded windows that had fired.
 
 use super::aggregate::{needs_min_max, Acc, AggSpec};
-use super::assigner::{SliceGrid, Window, WindowKind};
-use super::cache::{
-    Changes, Cursor, KeyState, PartitionState, Running, SliceMap, TimerKind, TimerRules, WinState,
-};
+use super::assigner::{SliceGrid, Window};
+use super::cache::PartitionState;
+use super::changes::Changes;
+use super::keystate::{Cursor, KeyState, WinState};
+pub use super::rules::Layout;
+use super::rules::{next_end_with_data, window_acc, window_total, Rules};
 use super::spec::{EngineSpec, Event};
+use super::timers::TimerKind;
 use super::trigger::{Accumulation, LateFiring, Timing, TriggerSpec};
+use super::watermark::SourceWatermark;
 use crate::state::store::{StateStore, StoreError, StoredOffsets};
 use compact_str::CompactString;
 use sha2::{Digest, Sha256};
@@ -105,38 +109,6 @@ pub enum EngineError {
     Store(#[from] StoreError),
 }
 
-/// How window state is laid out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// One entry per (key, window).
-    PerWindow,
-    /// Sliding windows as slices.
-    Sliced(SliceGrid),
-    /// Merging per-key sessions.
-    Session {
-        /// Inactivity gap.
-        gap: i64,
-    },
-}
-
-impl Layout {
-    /// The layout tidemark uses for a pipeline.
-    pub fn for_spec(spec: &EngineSpec) -> Layout {
-        match spec.window {
-            WindowKind::Tumbling { .. } => Layout::PerWindow,
-            WindowKind::Sliding {
-                size,
-                slide,
-                offset,
-            } if spec.trigger.early_every.is_none() => {
-                Layout::Sliced(SliceGrid::new(size, slide, offset))
-            }
-            WindowKind::Sliding { .. } => Layout::PerWindow,
-            WindowKind::Session { gap } => Layout::Session { gap },
-        }
-    }
-}
-
 /// Counters kept by the engine.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EngineStats {
@@ -146,71 +118,6 @@ pub struct EngineStats {
     pub late: u64,
     /// Panes emitted, by timing: EARLY, ON_TIME, LATE, RETRACT.
     pub panes: [u64; 4],
-}
-
-/// Spec-derived parameters that timers depend on.
-#[derive(Debug, Clone, Copy)]
-struct Rules {
-    window: WindowKind,
-    layout: Layout,
-    lateness: i64,
-}
-
-impl TimerRules for Rules {
-    fn window_timer(&self, w: &Window, st: &WinState) -> (i64, TimerKind) {
-        if st.on_time_done {
-            (w.end.saturating_add(self.lateness), TimerKind::Expire)
-        } else {
-            (w.end, TimerKind::Fire)
-        }
-    }
-
-    fn key_service_time(&self, ks: &KeyState) -> Option<i64> {
-        let Layout::Sliced(g) = self.layout else {
-            return None;
-        };
-        let c = ks.cursor.as_ref()?;
-        let expiry = ks
-            .slices
-            .keys()
-            .next()
-            .map(|&a| g.last_end(a).saturating_add(self.lateness));
-        match (c.next_fire, expiry) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    fn sessions(&self) -> bool {
-        matches!(self.layout, Layout::Session { .. })
-    }
-
-    fn restore_key(&self, ks: &mut KeyState, flushed_watermark: Option<i64>) {
-        let Layout::Sliced(g) = self.layout else {
-            return;
-        };
-        if ks.slices.is_empty() {
-            ks.cursor = None;
-            return;
-        }
-        let cursor = ks.cursor.get_or_insert_with(Cursor::default);
-        cursor.next_fire = first_end_with_data_after(&ks.slices, g, flushed_watermark);
-    }
-}
-
-/// The end of the first sliced window with data that ends after `wm` (`None`: before any
-/// watermark). Every window ending at or before the watermark has fired, so this is a key's next
-/// ON_TIME firing.
-fn first_end_with_data_after(slices: &SliceMap, g: SliceGrid, wm: Option<i64>) -> Option<i64> {
-    match wm {
-        None => slices.first_key_value().map(|(&a, _)| g.first_end(a)),
-        // Far from any real time (the start of time, or after `finish`): no grid arithmetic.
-        Some(wm) if wm < i64::MIN / 2 => slices.first_key_value().map(|(&a, _)| g.first_end(a)),
-        Some(wm) if wm > i64::MAX / 2 => None,
-        // The first window end after the watermark is `end_after(wm)`, the one after the end
-        // before it.
-        Some(wm) => next_end_with_data(slices, g, g.end_after(wm) - g.slide),
-    }
 }
 
 /// Builds panes and counts them.
@@ -347,7 +254,14 @@ impl Engine {
             layout,
             lateness: spec.allowed_lateness,
         };
-        let state = PartitionState::open(store, WINDOW_OPERATOR, partition, cache_keys, &rules)?;
+        let state = PartitionState::open(
+            store,
+            WINDOW_OPERATOR,
+            partition,
+            cache_keys,
+            &rules,
+            spec.watermark.idle_timeout,
+        )?;
         // Every timer at or before the stored watermark had fired before that state was flushed.
         let wm = state.stored_watermark().unwrap_or(i64::MIN);
         Ok(Engine {
@@ -440,8 +354,8 @@ impl Engine {
 
     fn apply_timer_changes(&mut self, key: &str, mut changes: Vec<TimerChange>) {
         for (w, old_ev, new_ev, old_proc, new_proc) in changes.drain(..) {
-            self.state.set_event_timer(key, w, old_ev, new_ev);
-            self.state.set_proc_timer(key, w, old_proc, new_proc);
+            self.state.timers().set_event(key, w, old_ev, new_ev);
+            self.state.timers().set_proc(key, w, old_proc, new_proc);
         }
         self.scratch = changes;
     }
@@ -534,13 +448,13 @@ impl Engine {
                 old.1,
                 st.early_deadline,
             ));
-            PartitionState::touch_window(ks, merged);
+            ks.touch_window(merged);
         } else {
             let mut st = WinState::new(passed);
             let mut deadline: Option<i64> = None;
             for w in overlapping.iter().rev() {
                 let old = ks.windows.remove(w).expect("listed above");
-                PartitionState::touch_window(ks, *w);
+                ks.touch_window(*w);
                 timers.push((
                     *w,
                     Some(rules.window_timer(w, &old)),
@@ -580,7 +494,7 @@ impl Engine {
                 st.early_deadline,
             ));
             ks.windows.insert(merged, st);
-            PartitionState::touch_window(ks, merged);
+            ks.touch_window(merged);
         }
         self.apply_timer_changes(&ev.key, timers);
         Ok(Admission::Accepted)
@@ -623,7 +537,7 @@ impl Engine {
             return Ok(self.late());
         }
         ks.slices.get_or_default(a).add(&ev.values);
-        PartitionState::touch_slice(ks, a);
+        ks.touch_slice(a);
         let cursor = ks.cursor.get_or_insert_with(Cursor::default);
         let mut late_fired = false;
         if let Some(r) = cursor.running.as_mut() {
@@ -663,7 +577,7 @@ impl Engine {
         }
         // The cursor entry is rewritten only when its stored part (the late pane indexes) changes.
         if late_fired {
-            PartitionState::touch_cursor(ks);
+            ks.touch_cursor();
         }
         let service = rules.key_service_time(ks);
         let cursor = ks.cursor.as_mut().expect("created above");
@@ -674,12 +588,45 @@ impl Engine {
 
     fn set_service_timer(&mut self, key: &str, old: Option<i64>, new: Option<i64>) {
         let none = Window::new(0, 0);
-        self.state.set_event_timer(
+        self.state.timers().set_event(
             key,
             none,
             old.map(|t| (t, TimerKind::KeyService)),
             new.map(|t| (t, TimerKind::KeyService)),
         );
+    }
+
+    /// Registers the watermark sources this partition must hear from before its watermark can
+    /// pass them (a source already known keeps its report).
+    pub fn expect_sources<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        let valve = self.state.sources();
+        for n in names {
+            valve.expect(n);
+        }
+    }
+
+    /// Takes a watermark source's report; it is kept with the state (and changelog) from the
+    /// next flush on. The watermark moves only with [`Engine::advance_to_sources`].
+    pub fn report_source(&mut self, name: &str, report: SourceWatermark) {
+        self.state.sources().update(name, report);
+    }
+
+    /// The watermark sources and their last reports.
+    pub fn sources(&mut self) -> Vec<(String, SourceWatermark)> {
+        self.state
+            .sources()
+            .sources()
+            .map(|(n, s)| (n.to_string(), *s))
+            .collect()
+    }
+
+    /// Moves the watermark to what the sources say at processing time `now` (never back) and
+    /// fires every due timer; nothing moves while the sources say nothing.
+    pub fn advance_to_sources(&mut self, now: i64) -> Result<(), EngineError> {
+        match self.state.sources().current(now) {
+            Some(wm) => self.advance_watermark(wm),
+            None => Ok(()),
+        }
     }
 
     /// Moves the watermark forward (never back) and fires every due timer in order.
@@ -689,7 +636,7 @@ impl Engine {
         }
         self.wm = wm;
         self.state.note_watermark(wm);
-        while let Some(t) = self.state.pop_event_timer(wm) {
+        while let Some(t) = self.state.timers().pop_event(wm) {
             match t.kind {
                 TimerKind::Fire => self.on_fire(&t.key, t.window)?,
                 TimerKind::Expire => self.on_expire(&t.key, t.window)?,
@@ -707,12 +654,12 @@ impl Engine {
         self.now = now;
         let rules = self.rules;
         let keep_last = matches!(rules.layout, Layout::Session { .. });
-        while let Some((_, key, w)) = self.state.pop_proc_timer(now) {
+        while let Some((_, key, w)) = self.state.timers().pop_proc(now) {
             let ks = self.state.key_mut(&key, &rules)?;
             if let Some(st) = ks.windows.get_mut(&w) {
                 if !st.on_time_done {
                     self.out.window_pane(&key, w, Timing::Early, st, keep_last);
-                    PartitionState::touch_window(ks, w);
+                    ks.touch_window(w);
                 }
             }
         }
@@ -736,13 +683,13 @@ impl Engine {
         self.out.window_pane(key, w, Timing::OnTime, st, keep_last);
         st.on_time_done = true;
         let next = rules.window_timer(&w, st);
-        PartitionState::touch_window(ks, w);
+        ks.touch_window(w);
         if wm >= next.0 {
             ks.windows.remove(&w);
-            self.state.set_proc_timer(key, w, old_proc, None);
+            self.state.timers().set_proc(key, w, old_proc, None);
         } else {
-            self.state.set_event_timer(key, w, None, Some(next));
-            self.state.set_proc_timer(key, w, old_proc, None);
+            self.state.timers().set_event(key, w, None, Some(next));
+            self.state.timers().set_proc(key, w, old_proc, None);
         }
         Ok(())
     }
@@ -751,8 +698,10 @@ impl Engine {
         let rules = self.rules;
         let ks = self.state.key_mut(key, &rules)?;
         if let Some(st) = ks.windows.remove(&w) {
-            PartitionState::touch_window(ks, w);
-            self.state.set_proc_timer(key, w, st.early_deadline, None);
+            ks.touch_window(w);
+            self.state
+                .timers()
+                .set_proc(key, w, st.early_deadline, None);
         }
         Ok(())
     }
@@ -797,16 +746,16 @@ impl Engine {
             late_panes_changed = cursor.late_panes.len() != before;
         }
         for a in expired_slices {
-            PartitionState::touch_slice(ks, a);
+            ks.touch_slice(a);
         }
         if late_panes_changed {
-            PartitionState::touch_cursor(ks);
+            ks.touch_cursor();
         }
         let service = if ks.slices.is_empty() {
             // A tombstone, once per key when its last slice expires (cheap, and it also clears a
             // cursor stored by an older version, which always stored one).
             ks.cursor = None;
-            PartitionState::touch_cursor(ks);
+            ks.touch_cursor();
             None
         } else {
             let s = rules.key_service_time(ks);
@@ -818,60 +767,4 @@ impl Engine {
         self.set_service_timer(key, None, service);
         Ok(())
     }
-}
-
-/// Content of the sliced window ending at `e`: moves the running aggregate when the aggregates are
-/// invertible and the windows overlap, otherwise combines the window's slices.
-fn window_acc(
-    running: &mut Option<Running>,
-    slices: &SliceMap,
-    g: SliceGrid,
-    e: i64,
-    invertible: bool,
-) -> Acc {
-    let start = e - g.size;
-    // Recompute from slices once per window length so floating-point sums cannot drift.
-    let resync_every = (g.size / g.slide).max(1) as u32;
-    if invertible {
-        if let Some(r) = running.as_mut() {
-            if r.end <= e && r.end > start && r.advances < resync_every {
-                for (_, s) in slices.range(r.end..e) {
-                    r.acc.merge(s);
-                }
-                if r.lo < start {
-                    for (_, s) in slices.range(r.lo..start) {
-                        r.acc.subtract(s);
-                    }
-                    r.lo = start;
-                }
-                r.end = e;
-                r.advances += 1;
-                return r.acc.clone();
-            }
-        }
-    }
-    let acc = window_total(slices, start, e);
-    *running = invertible.then(|| Running {
-        end: e,
-        lo: start,
-        acc: acc.clone(),
-        advances: 0,
-    });
-    acc
-}
-
-/// The aggregate of a key's slices in `[start, end)`.
-fn window_total(slices: &SliceMap, start: i64, end: i64) -> Acc {
-    let mut total = Acc::default();
-    for (_, s) in slices.range(start..end) {
-        total.merge(s);
-    }
-    total
-}
-
-/// The end of the first window after the one ending at `e` that holds at least one slice.
-fn next_end_with_data(slices: &SliceMap, g: SliceGrid, e: i64) -> Option<i64> {
-    let from = e + g.slide - g.size;
-    let (&a0, _) = slices.range(from..).next()?;
-    Some((e + g.slide).max(g.first_end(a0)))
 }

@@ -7,15 +7,30 @@
 //! * [`aggregate`] — mergeable accumulators.
 //! * [`spec`] — what the core runs ([`spec::EngineSpec`]) and what it consumes ([`spec::Event`]);
 //!   the config layer converts a pipeline file into these.
-//! * [`cache`] — a partition's typed write-back cache of window state and its timer indexes over
-//!   the state store; flushing it yields the changelog of the flush.
-//! * [`engine`] — the engine that ties them to state and fires panes.
+//! * [`keystate`] — the typed state of one grouping key: its windows, slices and cursor, and what
+//!   changed since the last flush;
+//! * [`entry`] — the saved format of that state: entry keys and values, key state to entries and
+//!   back;
+//! * [`changes`] — the changes of one flush (the RocksDB WriteBatch and the changelog);
+//! * [`rules`] — the timers a key's state needs, and the arithmetic of sliced sliding windows;
+//! * [`timers`] — the event-time and processing-time timer indexes;
+//! * [`cache`] — a partition's typed write-back cache of key states over the state store, with
+//!   its timers; flushing it yields the changelog of the flush;
+//! * [`engine`] — the engine that ties them together and fires panes.
+//!
+//! The modules form layers: `engine` calls `cache`, `rules`, `timers` and `keystate`; `cache`
+//! calls `entry`, `rules` and `timers`; none of them calls back up.
 
 pub mod aggregate;
 pub mod assigner;
 pub mod cache;
+pub mod changes;
 pub mod engine;
+pub mod entry;
+pub mod keystate;
+pub mod rules;
 pub mod spec;
 pub mod time;
+pub mod timers;
 pub mod trigger;
 pub mod watermark;

@@ -75,4 +75,9 @@ impl Timing {
             Timing::Retract => "RETRACT",
         }
     }
+
+    /// The timing an upper-case name stands for (the inverse of [`Timing::as_str`]).
+    pub fn parse(name: &str) -> Option<Timing> {
+        Timing::ALL.into_iter().find(|t| t.as_str() == name)
+    }
 }

@@ -5,8 +5,17 @@
 //! its watermark follows processing time: it advances one millisecond per millisecond elapsed since
 //! the last record, starting from the watermark at that record. A manual watermark (set by the
 //! `$watermark` control line of `simulate`) switches the strategy off. Watermarks never go back.
+//!
+//! A partition of the engine may hear from several **sources** (the input partitions of a
+//! pipeline that repartitions, or the files of `simulate`). Its watermark is then the minimum over
+//! the sources that are not idle ([`Valve`]): a source is idle when it is caught up and has had no
+//! record for `idle_timeout`, and it says so itself; when every source is idle, each one's
+//! watermark follows processing time from its last record, as a single input's does, and the
+//! minimum of those is taken. A source that has never had a record holds the watermark back
+//! until it is idle. With one source this is exactly the single-input rule above.
 
 use super::time::Millis;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The watermark strategy: bounded out-of-orderness, with an optional idle timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +67,30 @@ impl WatermarkTracker {
         self.manual
     }
 
+    /// What this input reports to a [`Valve`] at processing time `now`: its watermark, when it
+    /// had its last record, and whether it is idle (`caught_up`, not manual, and silent for the
+    /// idle timeout since its last record, or since `since` when it has had none). An idle
+    /// input reports the watermark it had at its last record: the valve makes it follow
+    /// processing time from there, so the report does not change while the input stays idle.
+    pub fn report(&self, now: Millis, since: Millis, caught_up: bool) -> SourceWatermark {
+        let silent_since = self.last_record_at.unwrap_or(since);
+        let idle = !self.manual
+            && caught_up
+            && self
+                .spec
+                .idle_timeout
+                .is_some_and(|t| now.saturating_sub(silent_since) >= t);
+        SourceWatermark {
+            watermark: if idle {
+                self.watermark_at_last_record
+            } else {
+                self.current
+            },
+            last_record_at: self.last_record_at,
+            idle_at: idle.then_some(now),
+        }
+    }
+
     /// Accounts for a record with event time `ts` seen at processing time `now`; returns the watermark.
     pub fn on_record(&mut self, ts: Millis, now: Millis) -> Millis {
         if !self.manual {
@@ -98,6 +131,135 @@ impl WatermarkTracker {
     }
 }
 
+/// What a source says about its watermark (see [`WatermarkTracker::report`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceWatermark {
+    /// The source's watermark (as of its last record while it is idle); `i64::MIN` before any.
+    pub watermark: Millis,
+    /// Processing time of the source's last record; `None` before any.
+    pub last_record_at: Option<Millis>,
+    /// Processing time at which the source last said it is idle; `None` when it is not idle. A
+    /// claim holds for one idle timeout: a source that stops reporting (its owner died and no
+    /// one else owns it yet) is not idle for longer, so it holds the watermark back.
+    pub idle_at: Option<Millis>,
+}
+
+impl SourceWatermark {
+    /// A source not heard from yet: it holds the watermark back until it reports.
+    pub const UNKNOWN: SourceWatermark = SourceWatermark {
+        watermark: i64::MIN,
+        last_record_at: None,
+        idle_at: None,
+    };
+
+    /// Whether the source's idle claim holds at `now` for an idle timeout of `lease`.
+    fn idle(&self, now: Millis, lease: Option<Millis>) -> bool {
+        match (self.idle_at, lease) {
+            (Some(at), Some(lease)) => now < at.saturating_add(lease.max(1)),
+            _ => false,
+        }
+    }
+
+    /// The watermark of an idle source at `now`: it follows processing time from its last record.
+    fn following(&self, now: Millis) -> Option<Millis> {
+        let last = self.last_record_at?;
+        (self.watermark != i64::MIN).then(|| {
+            self.watermark
+                .max(self.watermark.saturating_add(now.saturating_sub(last)))
+        })
+    }
+}
+
+/// The per-source watermarks of one engine partition, and their combination (see the module
+/// docs). Sources are named; their reports are kept with the partition's state, so a restored
+/// partition resumes them exactly.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Valve {
+    sources: BTreeMap<String, SourceWatermark>,
+    /// Sources whose report changed since the last flush.
+    dirty: BTreeSet<String>,
+    /// How long an idle claim holds (the idle timeout).
+    lease: Option<Millis>,
+}
+
+impl Valve {
+    /// An empty valve whose idle claims hold for `idle_timeout`.
+    pub fn new(idle_timeout: Option<Millis>) -> Valve {
+        Valve {
+            lease: idle_timeout,
+            ..Valve::default()
+        }
+    }
+
+    /// Registers a source that must report before the watermark can pass it (nothing happens
+    /// when it is known already).
+    pub fn expect(&mut self, name: &str) {
+        if !self.sources.contains_key(name) {
+            self.sources
+                .insert(name.to_string(), SourceWatermark::UNKNOWN);
+        }
+    }
+
+    /// Takes a source's report. Its watermark never goes back (a restarted source may report a
+    /// lower one); its last record time and idle claim are the report's.
+    pub fn update(&mut self, name: &str, report: SourceWatermark) {
+        let old = self
+            .sources
+            .get(name)
+            .copied()
+            .unwrap_or(SourceWatermark::UNKNOWN);
+        let new = SourceWatermark {
+            watermark: old.watermark.max(report.watermark),
+            last_record_at: old.last_record_at.max(report.last_record_at),
+            idle_at: report.idle_at,
+        };
+        // A refreshed idle claim is kept in memory only: stored, it would be rewritten at every
+        // flush of an idle partition, and a claim read back stale only makes the source hold the
+        // watermark back until it reports again.
+        let stored_change = (new.watermark, new.last_record_at, new.idle_at.is_some())
+            != (old.watermark, old.last_record_at, old.idle_at.is_some());
+        if stored_change || !self.sources.contains_key(name) {
+            self.dirty.insert(name.to_string());
+        }
+        self.sources.insert(name.to_string(), new);
+    }
+
+    /// Puts back a report read from the state store.
+    pub fn load(&mut self, name: &str, report: SourceWatermark) {
+        self.sources.insert(name.to_string(), report);
+    }
+
+    /// The sources and their reports, by name.
+    pub fn sources(&self) -> impl Iterator<Item = (&str, &SourceWatermark)> + '_ {
+        self.sources.iter().map(|(n, s)| (n.as_str(), s))
+    }
+
+    /// The reports changed since the last call, by name; the list is emptied.
+    pub fn take_dirty(&mut self) -> Vec<(String, SourceWatermark)> {
+        std::mem::take(&mut self.dirty)
+            .into_iter()
+            .filter_map(|n| self.sources.get(&n).map(|s| (n, *s)))
+            .collect()
+    }
+
+    /// The combined watermark at `now`: the minimum over sources that are not idle; when every
+    /// source is idle, the minimum of their watermarks following processing time (sources that
+    /// never had a record left out). `None` when there is nothing to say (no source, or none
+    /// with a record while all are idle).
+    pub fn current(&self, now: Millis) -> Option<Millis> {
+        let active = self
+            .sources
+            .values()
+            .filter(|s| !s.idle(now, self.lease))
+            .map(|s| s.watermark)
+            .min();
+        match active {
+            Some(wm) => Some(wm),
+            None => self.sources.values().filter_map(|s| s.following(now)).min(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +289,83 @@ mod tests {
         assert_eq!(w.on_processing_time(3_000), 12_995);
         // A new record never moves it back.
         assert_eq!(w.on_record(10_001, 3_000), 12_995);
+    }
+
+    /// A valve over one source gives exactly the single-input watermark, idle following included.
+    #[test]
+    fn a_valve_of_one_source_is_the_single_input_rule() {
+        let spec = spec(5, Some(1_000));
+        let mut w = WatermarkTracker::new(spec);
+        let mut v = Valve::new(spec.idle_timeout);
+        let mut engine = i64::MIN;
+        let mut step = |w: &mut WatermarkTracker, v: &mut Valve, now: i64, record: Option<i64>| {
+            match record {
+                Some(ts) => {
+                    w.on_record(ts, now);
+                }
+                None => {
+                    w.on_processing_time(now);
+                }
+            }
+            v.update("s", w.report(now, 0, true));
+            engine = engine.max(v.current(now).unwrap_or(i64::MIN));
+            assert_eq!(engine, w.current(), "at {now}");
+        };
+        step(&mut w, &mut v, 0, Some(10_000));
+        step(&mut w, &mut v, 999, None);
+        step(&mut w, &mut v, 3_000, None);
+        step(&mut w, &mut v, 3_000, Some(10_001));
+        step(&mut w, &mut v, 3_500, None);
+        step(&mut w, &mut v, 5_000, None);
+        step(&mut w, &mut v, 6_000, Some(20_000));
+    }
+
+    #[test]
+    fn the_valve_takes_the_minimum_over_sources_that_are_not_idle() {
+        let at = |wm: i64, last: i64| SourceWatermark {
+            watermark: wm,
+            last_record_at: Some(last),
+            idle_at: None,
+        };
+        let mut v = Valve::new(Some(1_000));
+        assert_eq!(v.current(0), None, "no source");
+        v.expect("a");
+        v.expect("b");
+        v.update("a", at(500, 0));
+        assert_eq!(v.current(0), Some(i64::MIN), "b has not reported");
+        v.update("b", at(300, 0));
+        assert_eq!(v.current(0), Some(300));
+        // b goes idle: a alone rules.
+        v.update(
+            "b",
+            SourceWatermark {
+                idle_at: Some(2_000),
+                ..at(300, 0)
+            },
+        );
+        assert_eq!(v.current(2_000), Some(500));
+        // Its claim runs out after one idle timeout without a refresh: b holds back again.
+        assert_eq!(v.current(3_000), Some(300));
+        // A lower report never moves a source back.
+        v.update("a", at(100, 10));
+        assert_eq!(
+            v.sources().find(|(n, _)| *n == "a").unwrap().1.watermark,
+            500
+        );
+        // Both idle: each follows processing time from its last record, and the minimum rules.
+        for (name, wm, last) in [("a", 500, 10), ("b", 300, 0)] {
+            v.update(
+                name,
+                SourceWatermark {
+                    idle_at: Some(4_000),
+                    ..at(wm, last)
+                },
+            );
+        }
+        // a follows to 500 + 3,990, b to 300 + 4,000: b is the lower.
+        assert_eq!(v.current(4_000), Some(4_300));
+        assert_eq!(v.take_dirty().len(), 2);
+        assert!(v.take_dirty().is_empty());
     }
 
     #[test]

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod hop;
+pub mod reference;
 pub mod registry;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -95,7 +97,8 @@ pub struct Scenario {
     pub cutoff: i64,
 }
 
-/// A pipeline file for `tidemark run` with a [kafka] section.
+/// A pipeline file for `tidemark run` with a [kafka] section, for the scenario's input: one topic
+/// keyed by the grouping field, so records are windowed where they are (`repartition = false`).
 pub fn pipeline(
     broker: &str,
     state: &std::path::Path,
@@ -127,6 +130,7 @@ field = "amount"
 [kafka]
 bootstrap_servers = "{broker}"
 application_id = "scn"
+repartition = false
 {instance}input_topic = "events"
 output_topic = "panes"
 dead_letter_topic = "dead"
@@ -215,6 +219,27 @@ impl Scenario {
             expected_dead,
             cutoff,
         }
+    }
+
+    /// The records as (partition, offset, value), offsets counted per partition from 0 in
+    /// production order (what a fresh topic written by one producer holds).
+    pub fn with_offsets(&self) -> Vec<(i32, i64, String)> {
+        let mut next: std::collections::BTreeMap<i32, i64> = Default::default();
+        self.records
+            .iter()
+            .map(|(p, _, v)| {
+                let o = next.entry(*p).or_default();
+                *o += 1;
+                (*p, *o - 1, v.clone())
+            })
+            .collect()
+    }
+
+    /// The independent reference for the default pipeline (tumbling 1 s, out-of-orderness
+    /// 300 ms, allowed lateness 1 s): per window the count and sum of `amount`, and which records
+    /// are late or malformed.
+    pub fn reference(&self) -> reference::Expected {
+        reference::tumbling(&self.with_offsets(), 1_000, 300, 1_000, self.cutoff)
     }
 
     /// Produces the records in a background thread, `batch` at a time with `pause` between.
@@ -318,6 +343,34 @@ fn tidemark_command(command: &str, cfg: &std::path::Path, args: &[&str]) -> Comm
 /// Starts `tidemark COMMAND --config CFG`.
 pub fn start_tidemark(command: &str, cfg: &std::path::Path) -> Child {
     tidemark_command(command, cfg, &[]).spawn().unwrap()
+}
+
+/// Starts `tidemark run --config CFG` logging at info level into `log`.
+pub fn start_member_logged(cfg: &std::path::Path, log: &std::path::Path) -> Child {
+    let file = std::fs::File::create(log).unwrap();
+    tidemark_command("run", cfg, &[])
+        .env("TIDEMARK_LOG", "info")
+        .stderr(file)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the log file `log` has at least `n` lines containing `needle`; panics after
+/// `secs`.
+pub fn wait_for_log(log: &std::path::Path, needle: &str, n: usize, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let got = text.lines().filter(|l| l.contains(needle)).count();
+        if got >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{got} of {n} log lines with {needle:?} after {secs} s:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Runs `tidemark COMMAND --config CFG ARGS...` to its end.

@@ -1,0 +1,160 @@
+//! The command line, one room per command (as in mini-redis' `cmd/`): each file holds the
+//! command's arguments and its `execute`, which returns the process exit status. `anyhow` lives
+//! only here and in `main`.
+//!
+//! * [`validate`] — check a pipeline file;
+//! * [`simulate`] — a pipeline over files of events, without Kafka;
+//! * [`run`] — a member of the pipeline's consumer group;
+//! * [`replay`] — move a stopped pipeline back to earlier offsets, in a new epoch;
+//! * [`sink_postgres`] — the committed output into PostgreSQL;
+//! * [`produce`] — synthetic events to a topic;
+//! * [`audit`] — exactly-once checked from a topic's raw log;
+//! * [`tail`] — an output topic's committed panes as a live table;
+//! * [`probe`] — a container health check.
+
+pub mod audit;
+pub mod probe;
+pub mod produce;
+pub mod replay;
+pub mod run;
+pub mod simulate;
+pub mod sink_postgres;
+pub mod tail;
+pub mod validate;
+
+use crate::config;
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// tidemark: event-time windows over Kafka, exactly once.
+#[derive(Debug, Parser)]
+#[command(name = "tidemark", version, about)]
+pub struct Cli {
+    /// Log format.
+    #[arg(
+        long,
+        global = true,
+        env = "TIDEMARK_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output formats.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Subcommands, one room each.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check a pipeline file and print every problem found.
+    Validate(validate::Validate),
+    /// Run a pipeline over a file of events, without Kafka.
+    Simulate(simulate::Simulate),
+    /// Run the pipeline as a member of its Kafka consumer group, exactly once.
+    Run(run::Run),
+    /// Move a stopped pipeline back to earlier input offsets: its state restarts empty there, and
+    /// its output is recomputed in a new epoch that supersedes the old one at idempotent sinks.
+    Replay(replay::Replay),
+    /// Carry the pipeline's committed panes (and dead letters) into PostgreSQL, exactly once.
+    SinkPostgres(sink_postgres::SinkPostgres),
+    /// Produce synthetic clickstream, payment or sensor events to a topic.
+    Produce(produce::Produce),
+    /// GET an http:// URL and exit 0 on status 200 (a container health check: the runtime image
+    /// has no curl).
+    Probe(probe::Probe),
+    /// Read a topic's raw log, resolve its transactions, and check panes for duplicates and gaps
+    /// (or, on a dead-letter topic, that each source record is dead-lettered once).
+    Audit(audit::Audit),
+    /// Follow an output topic and print its committed panes as an aligned table (key, window in
+    /// local time, timing, pane, count, aggregates), each once; Ctrl-C stops it.
+    Tail(tail::Tail),
+}
+
+/// Sets up `tracing` logs on standard error.
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TIDEMARK_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn load_config(path: &Path) -> anyhow::Result<config::PipelineSpec> {
+    match config::load(path) {
+        Ok((spec, warnings)) => {
+            for w in warnings {
+                tracing::warn!("{}: {w}", path.display());
+            }
+            Ok(spec)
+        }
+        Err(e) => Err(anyhow::anyhow!("{}: {e}", path.display())),
+    }
+}
+
+/// A flag set when SIGTERM or SIGINT arrives (watched on a thread of its own).
+fn stop_on_signal() -> Arc<AtomicBool> {
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let flag = shutdown.clone();
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {},
+                _ = term.recv() => {},
+            }
+            tracing::info!("signal received: stopping");
+            flag.store(true, Ordering::Relaxed);
+        });
+    });
+    shutdown
+}
+
+/// Runs a parsed command line; the returned code is the process exit status.
+pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Validate(c) => c.execute(),
+        Command::Simulate(c) => c.execute(),
+        Command::Run(c) => c.execute(),
+        Command::Replay(c) => c.execute(),
+        Command::SinkPostgres(c) => c.execute(),
+        Command::Produce(c) => c.execute(),
+        Command::Probe(c) => c.execute(),
+        Command::Audit(c) => c.execute(),
+        Command::Tail(c) => c.execute(),
+    }
+}
+
+/// The `--avro` option: `plain` or `confluent` framing, or JSON values when absent.
+fn parse_framing(avro: Option<&str>) -> anyhow::Result<Option<crate::avro::Framing>> {
+    avro.map(|f| {
+        crate::avro::Framing::parse(f)
+            .with_context(|| format!("--avro {f:?}: \"plain\" or \"confluent\""))
+    })
+    .transpose()
+}

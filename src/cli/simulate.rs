@@ -1,0 +1,77 @@
+//! `tidemark simulate`: a pipeline over a file of events, without Kafka.
+
+use super::load_config;
+use crate::simulate;
+use crate::state::store::StateStore;
+use anyhow::Context;
+use clap::Args;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::PathBuf;
+
+/// Run a pipeline over files of records, without Kafka.
+#[derive(Debug, Args)]
+pub struct Simulate {
+    /// The pipeline file (TOML).
+    #[arg(long)]
+    config: PathBuf,
+    /// Records and control lines, one per line: JSON values, or base64 of Avro values. Give it
+    /// several times for several inputs (watermark sources), read in turns.
+    #[arg(long, required = true)]
+    input: Vec<PathBuf>,
+    /// Where to write panes (default: standard output).
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Where to write dead letters (default: standard error).
+    #[arg(long)]
+    dead_letter: Option<PathBuf>,
+    /// RocksDB directory for window state (default: a temporary directory, removed afterwards).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+}
+
+/// A file to write to, or `default` when none is named.
+fn writer(path: &Option<PathBuf>, default: Box<dyn Write>) -> anyhow::Result<Box<dyn Write>> {
+    Ok(match path {
+        Some(p) => Box::new(BufWriter::new(
+            File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => default,
+    })
+}
+
+impl Simulate {
+    /// Runs the simulation and prints a summary on standard error.
+    pub fn execute(self) -> anyhow::Result<i32> {
+        let spec = load_config(&self.config)?;
+        let tmp;
+        let dir = match self.state_dir {
+            Some(d) => d,
+            None => {
+                tmp = tempfile::tempdir().context("creating a temporary state directory")?;
+                tmp.path().to_path_buf()
+            }
+        };
+        let store = StateStore::open(&dir)
+            .with_context(|| format!("opening state in {}", dir.display()))?;
+        let mut inputs = Vec::new();
+        for path in &self.input {
+            let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+            inputs.push(simulate::Input::new(
+                path.display().to_string(),
+                BufReader::new(file),
+            ));
+        }
+        let mut panes = writer(
+            &self.output,
+            Box::new(BufWriter::new(std::io::stdout().lock())),
+        )?;
+        let mut dead = writer(&self.dead_letter, Box::new(std::io::stderr()))?;
+        let s = simulate::run_inputs(&spec, &store, inputs, &mut panes, &mut dead)?;
+        eprintln!(
+            "simulate: {} lines, {} events, {} panes, {} late, {} malformed",
+            s.lines, s.events, s.panes, s.late, s.malformed
+        );
+        Ok(0)
+    }
+}

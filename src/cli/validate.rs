@@ -1,0 +1,53 @@
+//! `tidemark validate`: checks a pipeline file and prints every problem found.
+
+use crate::config;
+use clap::Args;
+use std::path::PathBuf;
+
+/// Check a pipeline file and print every problem found.
+#[derive(Debug, Args)]
+pub struct Validate {
+    /// The pipeline file (TOML).
+    #[arg(long)]
+    config: PathBuf,
+}
+
+impl Validate {
+    /// Prints the warnings and `ok` (exit status 0), or every violation (exit status 2).
+    pub fn execute(self) -> anyhow::Result<i32> {
+        match config::load(&self.config) {
+            Ok((spec, warnings)) => {
+                for w in &warnings {
+                    println!("warning: {w}");
+                }
+                if let Some(k) = &spec.kafka {
+                    let key = spec.input.key.join(".");
+                    if k.repartition {
+                        println!(
+                            "note: tidemark run groups {} by the field {key:?} through the repartition topic {:?} ({} partitions: kafka.repartition_partitions, or the largest input's count)",
+                            k.input_topics.join(", "),
+                            k.repartition_topic,
+                            k.repartition_partitions
+                                .map_or("as many".to_string(), |n| n.to_string())
+                        );
+                    } else {
+                        println!(
+                            "note: tidemark run groups {} by the field {key:?} where the records are: each record's Kafka key must equal it (kafka.repartition = false), or the record is dead-lettered as key_mismatch",
+                            k.input_topics.join(", ")
+                        );
+                    }
+                }
+                println!(
+                    "{}: ok (pipeline {:?})",
+                    self.config.display(),
+                    spec.engine.name
+                );
+                Ok(0)
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", self.config.display());
+                Ok(2)
+            }
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! The repartition hop, both stages, inside one member and one transaction per cycle.
+//!
+//! **First stage** (one `Source` per owned input partition): each input record is decoded once
+//! and checked by the source's [`Front`](crate::pipeline::Front) (`malformed` and
+//! `future_timestamp` records are dead-lettered here, with their original bytes); an event is
+//! written to the repartition partition Kafka's default partitioner picks for its grouping key
+//! ([`crate::format::hop`]). At each commit, the source's watermark report goes to every
+//! repartition partition when it changed (after the data it covers: the same producer writes it
+//! later in the same transaction), and its offset marker to the offsets topic.
+//!
+//! **Second stage** (one `Part` per owned repartition partition): the repartition topic is read
+//! as a raw log (only records of committed transactions, resolved from their markers) from each
+//! partition's committed offset. Events go to the partition's [`Back`](crate::pipeline::Back),
+//! which may call them `late` (dead-lettered with their source topic, partition and offset);
+//! watermark reports move its watermark (the minimum over the sources that are not idle).
+
+use super::errors::CycleError;
+use super::sources;
+use super::{Core, Topology};
+use crate::clock::wall_ms;
+use crate::format::dead_letter::DeadLetter;
+use crate::format::hop::{self, HopRecord, Origin};
+use crate::pipeline::{Checked, Reason};
+use crate::record::DecodeError;
+use crate::windowing::spec::Event;
+use crate::windowing::watermark::SourceWatermark;
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::producer::BaseRecord;
+
+impl Core {
+    /// First stage (and `--passthrough`): one record of an input partition.
+    pub(super) fn on_source_record(
+        &mut self,
+        msg: &BorrowedMessage<'_>,
+        topic: u16,
+    ) -> Result<(), CycleError> {
+        let (p, offset) = (msg.partition(), msg.offset());
+        let now = wall_ms();
+        let Some(src) = self.sources.get_mut(&(topic, p)) else {
+            return Ok(()); // not (or no longer) ours
+        };
+        src.first_seen.get_or_insert(offset);
+        src.next_offset = Some(offset + 1);
+        src.batch_in += 1;
+        self.batch_records += 1;
+        self.dirty = true;
+        let Topology::Hop { partitions } = self.topology else {
+            // --passthrough: a copy of the record, through the same cycle.
+            let mut record = BaseRecord::with_opaque_to(&self.k.output_topic, 0usize);
+            if let Some(k) = msg.key() {
+                record = record.key(k);
+            }
+            if let Some(v) = msg.payload() {
+                record = record.payload(v);
+            }
+            let appended = msg.timestamp().to_millis().unwrap_or(now);
+            self.batch.fired_at.push(appended);
+            return self.send(record);
+        };
+        let decoded = match msg.payload() {
+            None => Err("record has no value".to_string()),
+            Some(v) => match self.decoder.decode(v) {
+                // Not the record's fault (the registry is down): retry the transaction.
+                Err(DecodeError::Unavailable(e)) => return Err(CycleError::Abortable(e)),
+                other => other.map_err(|e| e.to_string()),
+            },
+        };
+        let src = self.sources.get_mut(&(topic, p)).expect("looked up above");
+        match src.front.check(decoded, now) {
+            Checked::Event(ev) => {
+                let appended = msg.timestamp().to_millis().unwrap_or(now);
+                src.last_appended = src.last_appended.max(appended);
+                let origin = Origin {
+                    topic,
+                    partition: p,
+                    offset,
+                    appended,
+                };
+                let mut value = Vec::with_capacity(32 + 8 * ev.values.len());
+                hop::put_event(&mut value, &ev, origin);
+                let partition = hop::partition_for(ev.key.as_bytes(), partitions);
+                let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
+                    .partition(partition)
+                    .key(ev.key.as_bytes())
+                    .payload(value.as_slice());
+                self.send(record)
+            }
+            Checked::Rejected {
+                reason,
+                detail,
+                event_time: _,
+            } => {
+                let wm = src.front.watermark();
+                let letter = DeadLetter {
+                    reason: reason.as_str().to_string(),
+                    topic: msg.topic().to_string(),
+                    partition: p,
+                    offset,
+                    watermark: (wm != i64::MIN).then_some(wm),
+                    late_by_ms: None,
+                    detail,
+                    epoch: src.epoch,
+                };
+                self.dead_letter(msg.key(), msg.payload(), letter, reason.as_str())
+            }
+        }
+    }
+
+    /// Second stage: reads what committed on the owned repartition partitions since the last
+    /// read and processes it. Returns how many records were fetched.
+    pub(super) fn read_repartition(&mut self) -> Result<usize, CycleError> {
+        let Some(tailer) = self.tailer.as_mut() else {
+            return Ok(0);
+        };
+        if tailer.is_idle() {
+            return Ok(0);
+        }
+        let mut records = Vec::new();
+        let fetched = match tailer.poll(0, |r| records.push(r)) {
+            Ok(n) => n,
+            Err(e) => {
+                // A leader that moved, a broker that is busy: read again (from where the reads
+                // got to; nothing was processed of what failed).
+                tracing::warn!("reading the repartition topic: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                return Ok(0);
+            }
+        };
+        let now = wall_ms();
+        for r in records {
+            if !self.parts.contains_key(&r.partition) {
+                continue; // no longer ours
+            }
+            let decoded = match r.value.as_deref() {
+                Some(v) => hop::decode(r.key.as_deref(), v),
+                None => Err(hop::HopError::missing_value()),
+            };
+            let source = match &decoded {
+                Ok(HopRecord::Event(_, o) | HopRecord::Watermark(o, _)) => Some((
+                    self.input_topic(o.topic).to_string(),
+                    o.partition,
+                    o.offset,
+                    o.appended,
+                )),
+                Err(_) => None,
+            };
+            let part = self.parts.get_mut(&r.partition).expect("checked above");
+            part.first_seen.get_or_insert(r.offset);
+            part.next_offset = Some(r.offset + 1);
+            part.batch_in += 1;
+            self.batch_records += 1;
+            self.dirty = true;
+            let epoch = part.epoch;
+            let back = part.step.back_mut();
+            let fatal = |e: crate::windowing::engine::EngineError| CycleError::Fatal(e.to_string());
+            match (decoded, source) {
+                (Ok(HopRecord::Event(ev, _)), Some((topic, partition, offset, appended))) => {
+                    back.clock(now).map_err(fatal)?;
+                    let (rejection, behind) = back.process(&ev).map_err(fatal)?;
+                    let panes = back.take_panes();
+                    if let Some(b) = behind {
+                        self.lateness.record(b as f64 / 1000.0);
+                    }
+                    if let Some(rej) = rejection {
+                        let letter = DeadLetter {
+                            reason: rej.reason.as_str().to_string(),
+                            topic,
+                            partition,
+                            offset,
+                            watermark: rej.watermark,
+                            late_by_ms: rej.late_by_ms,
+                            detail: rej.detail,
+                            epoch,
+                        };
+                        let value = self.event_json(&ev);
+                        self.dead_letter(
+                            Some(ev.key.as_bytes()),
+                            Some(value.as_bytes()),
+                            letter,
+                            Reason::Late.as_str(),
+                        )?;
+                    }
+                    self.send_panes(panes, epoch, appended)?;
+                }
+                (Ok(HopRecord::Watermark(_, report)), Some((topic, partition, _, appended))) => {
+                    back.report(&format!("{topic}/{partition}"), report, now)
+                        .map_err(fatal)?;
+                    let panes = back.take_panes();
+                    // What fired them is the source's last record: latency counts from its append.
+                    self.send_panes(panes, epoch, appended)?;
+                }
+                (decoded, _) => {
+                    // Not written by a first stage of this pipeline: keep it, with its bytes.
+                    let detail = match decoded {
+                        Err(e) => e.to_string(),
+                        Ok(_) => "a record of an unknown source".to_string(),
+                    };
+                    let letter = DeadLetter {
+                        reason: Reason::Malformed.as_str().to_string(),
+                        topic: self.k.repartition_topic.clone(),
+                        partition: r.partition,
+                        offset: r.offset,
+                        watermark: None,
+                        late_by_ms: None,
+                        detail,
+                        epoch,
+                    };
+                    self.dead_letter(
+                        r.key.as_deref(),
+                        r.value.as_deref(),
+                        letter,
+                        Reason::Malformed.as_str(),
+                    )?;
+                }
+            }
+        }
+        Ok(fetched)
+    }
+
+    /// A decoded event as JSON, the value of a dead letter of the second stage (the original
+    /// bytes stayed in the input topic, at the dead letter's source coordinates).
+    fn event_json(&self, ev: &Event) -> String {
+        let fields: serde_json::Map<String, serde_json::Value> = self
+            .spec
+            .input
+            .fields
+            .iter()
+            .zip(&ev.values)
+            .map(|(path, v)| (path.join("."), serde_json::Value::from(*v)))
+            .collect();
+        serde_json::json!({ "key": ev.key, "timestamp": ev.ts, "fields": fields }).to_string()
+    }
+
+    /// Commit step 1, the first stage's part: each source's watermark report to every
+    /// repartition partition when it changed (or its idle claim needs refreshing), and an offset
+    /// marker to the offsets topic for each source the transaction consumed from.
+    pub(super) fn produce_source_markers(&mut self) -> Result<(), CycleError> {
+        let now = wall_ms();
+        self.refresh_caught_up(now);
+        let partitions = match self.topology {
+            Topology::Hop { partitions } => Some(partitions),
+            _ => None,
+        };
+        let keys: Vec<(u16, i32)> = self.sources.keys().copied().collect();
+        for key in keys {
+            let (topic_index, p) = key;
+            let topic = self.input_topic(topic_index).to_string();
+            let caught_up = self.is_caught_up(&topic, p, self.sources[&key].position());
+            let refresh = self.idle_refresh();
+            let src = self.sources.get_mut(&key).expect("listed");
+            if let Some(partitions) = partitions {
+                let report = src.front.report(now, caught_up);
+                if needs_writing(src.written, report, now, refresh) {
+                    let was_idle = src.written.is_some_and(|(w, _)| w.idle_at.is_some());
+                    if was_idle != report.idle_at.is_some() {
+                        tracing::info!(
+                            topic,
+                            partition = p,
+                            idle = report.idle_at.is_some(),
+                            watermark = report.watermark,
+                            "input partition {}",
+                            if was_idle {
+                                "active again"
+                            } else {
+                                "idle: left out of the watermark"
+                            }
+                        );
+                    }
+                    src.pending = Some((report, now));
+                    let mut value = Vec::with_capacity(48);
+                    let origin = Origin {
+                        topic: topic_index,
+                        partition: p,
+                        offset: 0,
+                        appended: src.last_appended,
+                    };
+                    hop::put_watermark(&mut value, origin, &report);
+                    for r in 0..partitions {
+                        let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
+                            .partition(r)
+                            .payload(value.as_slice());
+                        self.send(record)?;
+                    }
+                }
+            }
+            let src = &self.sources[&key];
+            let Some(next) = src.next_offset else {
+                continue;
+            };
+            if src.committed_offset == Some(next) {
+                continue;
+            }
+            let headers = sources::marker_headers(
+                next,
+                src.epoch,
+                &self.fingerprint,
+                src.front.watermark(),
+                self.offsets_partitions,
+            );
+            let stamp = next.to_string();
+            let key_bytes = sources::marker_key(&topic, p);
+            let record = BaseRecord::with_opaque_to(&self.k.offsets_topic, 0usize)
+                .partition(sources::offsets_partition(p, self.offsets_partitions))
+                .key(key_bytes.as_slice())
+                .payload(stamp.as_bytes())
+                .headers(headers);
+            self.send(record)?;
+        }
+        Ok(())
+    }
+
+    /// After a commit, at most every [`PURGE_EVERY`]: deletes the records of the owned repartition
+    /// partitions below their committed offsets (DeleteRecords), on a thread of its own so the
+    /// loop does not wait. Nothing needs them any more: a restore reads the changelog, not the
+    /// repartition topic. A broker that does not support it is logged once; the topic's
+    /// retention then bounds it.
+    pub(super) fn purge_repartition(&mut self) {
+        if !matches!(self.topology, Topology::Hop { .. }) || self.last_purge.elapsed() < PURGE_EVERY
+        {
+            return;
+        }
+        self.last_purge = std::time::Instant::now();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for (&p, part) in &self.parts {
+            if let Some(c) = part.committed_offset.filter(|&c| c > 0) {
+                let _ = tpl.add_partition_offset(
+                    &self.k.repartition_topic,
+                    p,
+                    rdkafka::Offset::Offset(c),
+                );
+            }
+        }
+        if tpl.count() == 0 {
+            return;
+        }
+        let config = crate::source::base_config(&self.k);
+        std::thread::spawn(move || {
+            use rdkafka::admin::{AdminClient, AdminOptions};
+            let purged = (|| -> Result<(), String> {
+                let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+                    config.create().map_err(|e| e.to_string())?;
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                let opts =
+                    AdminOptions::new().operation_timeout(Some(std::time::Duration::from_secs(10)));
+                let result = rt
+                    .block_on(admin.delete_records(&tpl, &opts))
+                    .map_err(|e| e.to_string())?;
+                for el in result.elements() {
+                    if let Err(e) = el.error() {
+                        return Err(format!("partition {}: {e}", el.partition()));
+                    }
+                }
+                Ok(())
+            })();
+            if let Err(e) = purged {
+                if !PURGE_FAILED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!(
+                        "deleting consumed records of the repartition topic failed ({e}): the broker may not support DeleteRecords; the topic's retention.ms bounds it instead (logged once)"
+                    );
+                }
+            }
+        });
+    }
+
+    /// How long an idle claim is written again after: half the idle timeout, so the second stage
+    /// never sees it run out while the source stays idle.
+    fn idle_refresh(&self) -> i64 {
+        self.spec
+            .engine
+            .watermark
+            .idle_timeout
+            .map_or(i64::MAX, |t| (t / 2).max(1))
+    }
+
+    /// Whether a source has something for the next cycle to write: a watermark report that
+    /// changed, or an idle claim due for refreshing.
+    pub(super) fn sources_pending(&self) -> bool {
+        let Topology::Hop { .. } = self.topology else {
+            return false;
+        };
+        let now = wall_ms();
+        let refresh = self.idle_refresh();
+        self.sources.iter().any(|(&(t, p), src)| {
+            let caught_up = self.is_caught_up(self.input_topic(t), p, src.position());
+            needs_writing(src.written, src.front.report(now, caught_up), now, refresh)
+        })
+    }
+}
+
+/// How often consumed records of the repartition topic are deleted.
+const PURGE_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether a purge has failed already (said once per process).
+static PURGE_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether `report` must be written, given what was written (and when): the watermark or the idle
+/// state changed, or an idle claim is older than `refresh`. The time of the last record alone
+/// does not count: it matters only once the source is idle, and the idle report carries it.
+fn needs_writing(
+    written: Option<(SourceWatermark, i64)>,
+    report: SourceWatermark,
+    now: i64,
+    refresh: i64,
+) -> bool {
+    match written {
+        None => true,
+        Some((w, at)) => {
+            w.watermark != report.watermark
+                || w.idle_at.is_some() != report.idle_at.is_some()
+                || (report.idle_at.is_some() && now.saturating_sub(at) >= refresh)
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! What the coordinator keeps per partition: a windowing partition (`Part`) and an input
+//! partition of the hop's first stage (`Source`), each with its committed and uncommitted
+//! positions.
+
+use super::telemetry::PartGauges;
+use crate::pipeline::{Front, Step};
+use crate::windowing::watermark::SourceWatermark;
+use metrics::Counter;
+
+/// A windowing partition: an input partition (input partitioned by the grouping key) or a
+/// partition of the repartition topic (the second stage of the hop).
+pub(super) struct Part {
+    /// The record step: the partition's engine, and (input partitioned by the key) the front of
+    /// its input partition.
+    pub(super) step: Step,
+    /// The pipeline's replay epoch, as the partition's changelog says: stamped on panes and dead
+    /// letters.
+    pub(super) epoch: u64,
+    /// Offset after the last processed record (of the input, or of the repartition topic);
+    /// `None` until the first record when the log has no committed offset for this partition.
+    pub(super) next_offset: Option<i64>,
+    /// Offset committed, as the log said at assignment and each commit since; `None` while
+    /// nothing has ever committed on this partition.
+    pub(super) committed_offset: Option<i64>,
+    /// Offset of the first record processed since the assignment, where a partition without a
+    /// committed offset is rewound to.
+    pub(super) first_seen: Option<i64>,
+    /// The step's source fronts as of the last commit, restored on abort (none in the hop).
+    pub(super) committed_fronts: Vec<(String, Front)>,
+    pub(super) cf: String,
+    /// Records processed in the open transaction.
+    pub(super) batch_in: u64,
+    pub(super) gauges: PartGauges,
+}
+
+impl Part {
+    /// Where reading goes on: after the last processed record, at the committed offset, or at 0.
+    pub(super) fn position(&self) -> i64 {
+        self.next_offset.or(self.committed_offset).unwrap_or(0)
+    }
+}
+
+/// An input partition read by the first stage of the hop (or copied by `--passthrough`).
+pub(super) struct Source {
+    /// The front: checks records and tracks the source's watermark.
+    pub(super) front: Front,
+    /// The front as of the last commit, restored on abort.
+    pub(super) committed_front: Front,
+    /// The replay epoch, as the offsets topic says: stamped on the first stage's dead letters.
+    pub(super) epoch: u64,
+    /// Offset after the last processed record; `None` before the first when nothing committed.
+    pub(super) next_offset: Option<i64>,
+    /// Offset committed, as the offset markers say; `None` while nothing has committed.
+    pub(super) committed_offset: Option<i64>,
+    /// Offset of the first record processed since the assignment.
+    pub(super) first_seen: Option<i64>,
+    /// Records processed in the open transaction.
+    pub(super) batch_in: u64,
+    /// The report the repartition topic has from this member (committed), and when it was
+    /// written; `None` after an assignment or an abort, so the next cycle writes one.
+    pub(super) written: Option<(SourceWatermark, i64)>,
+    /// When the last record processed was appended to the input (epoch ms), for the pane latency
+    /// of panes its watermark report fires.
+    pub(super) last_appended: i64,
+    /// The report written in the open transaction, committed with it.
+    pub(super) pending: Option<(SourceWatermark, i64)>,
+    /// `tidemark_records_in_total` of the source.
+    pub(super) records_in: Counter,
+}
+
+impl Source {
+    /// Where reading goes on: after the last processed record, at the committed offset, or at 0.
+    pub(super) fn position(&self) -> i64 {
+        self.next_offset.or(self.committed_offset).unwrap_or(0)
+    }
+}

@@ -1,0 +1,290 @@
+//! The repartition hop's records: what the first stage writes to the topic
+//! `<application_id>-repartition` and the second stage reads back, never parsing the original
+//! JSON or Avro again.
+//!
+//! **Event records** carry one decoded event. Their key is the grouping key, and their partition
+//! is Kafka's default partitioner's choice for that key ([`partition_for`]: murmur2, as the Java
+//! client computes it), so a producer keyed by the grouping field writes its records where the hop
+//! writes theirs. Their value (version 1, little-endian):
+//!
+//! `1 | kind 0 | event time i64 | source topic index u16 | source partition i32 |
+//! source offset i64 | appended i64 | n u8 | n values f64`
+//!
+//! (`appended`: when the input record was appended to its topic, epoch ms, for the pane latency
+//! metric.)
+//!
+//! **Watermark records** carry one source's watermark report
+//! ([`crate::windowing::watermark::SourceWatermark`]); the first stage writes one to every
+//! repartition partition, after the data it covers, whenever a source's report changes. They have
+//! no key; their value:
+//!
+//! `1 | kind 1 | source topic index u16 | source partition i32 | appended i64 | watermark i64 |
+//! flags u8 | [last record time i64] [idle claim time i64]` (flag bit 0: last record time
+//! present; bit 1: idle claim present; `appended`: when the source's last record was appended).
+//!
+//! A source topic is named by its index in the pipeline's sorted list of input topics, which is
+//! part of the pipeline fingerprint, so both stages always agree on it.
+
+use crate::windowing::spec::Event;
+use crate::windowing::watermark::SourceWatermark;
+
+/// The format version written first in every value.
+const VERSION: u8 = 1;
+const KIND_EVENT: u8 = 0;
+const KIND_WATERMARK: u8 = 1;
+
+/// Where a record came from: an input topic (by index), partition and offset, and when it was
+/// appended there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    /// Index of the input topic in the pipeline's sorted list of input topics.
+    pub topic: u16,
+    /// Input partition.
+    pub partition: i32,
+    /// Offset in the input partition (for watermark records, unused: 0).
+    pub offset: i64,
+    /// When the input record (for watermark records: the source's last record) was appended,
+    /// epoch ms.
+    pub appended: i64,
+}
+
+/// One record of the repartition topic, decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HopRecord {
+    /// An event and the input record it came from.
+    Event(Event, Origin),
+    /// A source's watermark report; the origin's offset is 0.
+    Watermark(Origin, SourceWatermark),
+}
+
+/// Why a repartition record does not decode (it was not written by the first stage).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("repartition record: {0}")]
+pub struct HopError(String);
+
+impl HopError {
+    /// A record without a value.
+    pub fn missing_value() -> HopError {
+        HopError("no value".into())
+    }
+}
+
+/// Appends an event record's value.
+pub fn put_event(out: &mut Vec<u8>, ev: &Event, origin: Origin) {
+    out.reserve(25 + 8 * ev.values.len());
+    out.push(VERSION);
+    out.push(KIND_EVENT);
+    out.extend_from_slice(&ev.ts.to_le_bytes());
+    out.extend_from_slice(&origin.topic.to_le_bytes());
+    out.extend_from_slice(&origin.partition.to_le_bytes());
+    out.extend_from_slice(&origin.offset.to_le_bytes());
+    out.extend_from_slice(&origin.appended.to_le_bytes());
+    out.push(ev.values.len() as u8);
+    for v in &ev.values {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// Appends a watermark record's value (the origin's offset is not written).
+pub fn put_watermark(out: &mut Vec<u8>, origin: Origin, report: &SourceWatermark) {
+    out.push(VERSION);
+    out.push(KIND_WATERMARK);
+    out.extend_from_slice(&origin.topic.to_le_bytes());
+    out.extend_from_slice(&origin.partition.to_le_bytes());
+    out.extend_from_slice(&origin.appended.to_le_bytes());
+    out.extend_from_slice(&report.watermark.to_le_bytes());
+    out.push(u8::from(report.last_record_at.is_some()) | (u8::from(report.idle_at.is_some()) << 1));
+    for t in [report.last_record_at, report.idle_at]
+        .into_iter()
+        .flatten()
+    {
+        out.extend_from_slice(&t.to_le_bytes());
+    }
+}
+
+/// A little-endian reader over a value.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], HopError> {
+        let (head, rest) = self
+            .0
+            .split_first_chunk::<N>()
+            .ok_or_else(|| HopError("truncated".into()))?;
+        self.0 = rest;
+        Ok(*head)
+    }
+    fn u8(&mut self) -> Result<u8, HopError> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16, HopError> {
+        Ok(u16::from_le_bytes(self.take()?))
+    }
+    fn i32(&mut self) -> Result<i32, HopError> {
+        Ok(i32::from_le_bytes(self.take()?))
+    }
+    fn i64(&mut self) -> Result<i64, HopError> {
+        Ok(i64::from_le_bytes(self.take()?))
+    }
+    fn f64(&mut self) -> Result<f64, HopError> {
+        Ok(f64::from_le_bytes(self.take()?))
+    }
+}
+
+/// Decodes a repartition record from its key and value.
+pub fn decode(key: Option<&[u8]>, value: &[u8]) -> Result<HopRecord, HopError> {
+    let mut r = Reader(value);
+    let version = r.u8()?;
+    if version != VERSION {
+        return Err(HopError(format!("unknown version {version}")));
+    }
+    let record = match r.u8()? {
+        KIND_EVENT => {
+            let ts = r.i64()?;
+            let origin = Origin {
+                topic: r.u16()?,
+                partition: r.i32()?,
+                offset: r.i64()?,
+                appended: r.i64()?,
+            };
+            let n = r.u8()?;
+            let values = (0..n).map(|_| r.f64()).collect::<Result<Vec<f64>, _>>()?;
+            let key = key.ok_or_else(|| HopError("an event without a key".into()))?;
+            let key = std::str::from_utf8(key)
+                .map_err(|_| HopError("the key is not UTF-8".into()))?
+                .to_string();
+            HopRecord::Event(Event { key, ts, values }, origin)
+        }
+        KIND_WATERMARK => {
+            let origin = Origin {
+                topic: r.u16()?,
+                partition: r.i32()?,
+                offset: 0,
+                appended: r.i64()?,
+            };
+            let watermark = r.i64()?;
+            let flags = r.u8()?;
+            let last_record_at = if flags & 1 != 0 { Some(r.i64()?) } else { None };
+            let idle_at = if flags & 2 != 0 { Some(r.i64()?) } else { None };
+            HopRecord::Watermark(
+                origin,
+                SourceWatermark {
+                    watermark,
+                    last_record_at,
+                    idle_at,
+                },
+            )
+        }
+        other => return Err(HopError(format!("unknown kind {other}"))),
+    };
+    if !r.0.is_empty() {
+        return Err(HopError("trailing bytes".into()));
+    }
+    Ok(record)
+}
+
+/// Kafka's murmur2 hash of `data`, as the Java client's `Utils.murmur2` computes it.
+pub fn murmur2(data: &[u8]) -> i32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    let mut h: u32 = SEED ^ data.len() as u32;
+    let mut chunks = data.chunks_exact(4);
+    for c in &mut chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let tail = chunks.remainder();
+    if tail.len() >= 3 {
+        h ^= u32::from(tail[2]) << 16;
+    }
+    if tail.len() >= 2 {
+        h ^= u32::from(tail[1]) << 8;
+    }
+    if !tail.is_empty() {
+        h ^= u32::from(tail[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h as i32
+}
+
+/// The partition Kafka's default partitioner picks for `key` among `partitions`:
+/// `(murmur2(key) & 0x7fffffff) % partitions`.
+pub fn partition_for(key: &[u8], partitions: i32) -> i32 {
+    (murmur2(key) & 0x7fff_ffff) % partitions.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn murmur2_matches_the_java_client() {
+        // Apache Kafka's UtilsTest.testMurmur2 vectors.
+        for (data, want) in [
+            ("21", -973_932_308),
+            ("foobar", -790_332_482),
+            ("a-little-bit-long-string", -985_981_536),
+            ("a-little-bit-longer-string", -1_486_304_829),
+            (
+                "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58_897_971,
+            ),
+            ("abc", 479_470_107),
+        ] {
+            assert_eq!(murmur2(data.as_bytes()), want, "{data}");
+        }
+        assert!((0..8).contains(&partition_for(b"user-1", 8)));
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let ev = Event {
+            key: "user-7".into(),
+            ts: -12,
+            values: vec![1.5, -2.0],
+        };
+        let origin = Origin {
+            topic: 3,
+            partition: 11,
+            offset: 987_654,
+            appended: 1_700_000_000_000,
+        };
+        let mut v = Vec::new();
+        put_event(&mut v, &ev, origin);
+        assert_eq!(
+            decode(Some(b"user-7"), &v),
+            Ok(HopRecord::Event(ev, origin))
+        );
+        assert!(decode(None, &v).is_err(), "an event needs its key");
+        assert!(decode(Some(b"k"), &v[..v.len() - 1]).is_err());
+        for report in [
+            SourceWatermark::UNKNOWN,
+            SourceWatermark {
+                watermark: 5,
+                last_record_at: Some(6),
+                idle_at: Some(7),
+            },
+        ] {
+            let origin = Origin {
+                topic: 1,
+                partition: 2,
+                offset: 0,
+                appended: 42,
+            };
+            let mut v = Vec::new();
+            put_watermark(&mut v, origin, &report);
+            assert_eq!(decode(None, &v), Ok(HopRecord::Watermark(origin, report)));
+            v.push(0);
+            assert!(decode(None, &v).is_err(), "trailing bytes");
+        }
+        assert!(decode(None, &[9, 0]).is_err(), "unknown version");
+    }
+}

@@ -1,0 +1,305 @@
+//! Pane records.
+//!
+//! A pane record has the grouping key as key and the pane as value. The JSON value is one object
+//! with `key`, `window_start`, `window_end` (epoch ms), `timing`, `pane_index`, `dedup_id`,
+//! `epoch` (the pipeline's replay epoch: 0, plus one per `tidemark replay`), `count` and one field
+//! per aggregation, in that order; whole-number results print as integers, and min, max and mean
+//! of an empty pane are `null`. The Avro value is a `WindowResult` ([`super::avro`]) with the
+//! aggregates in a map. Every pane record carries the headers `tidemark.dedup_id`,
+//! `tidemark.pane_index`, `tidemark.epoch`, `tidemark.window_start`, `tidemark.window_end` and
+//! `tidemark.timing`, so tools can check panes without decoding values.
+
+use crate::windowing::aggregate::AggSpec;
+use crate::windowing::engine::Pane;
+use crate::windowing::trigger::Timing;
+use rdkafka::message::{Header, OwnedHeaders};
+use serde_json::Value;
+use std::fmt::Write;
+
+/// Header of the pane's dedup id.
+pub const DEDUP_ID_HEADER: &str = "tidemark.dedup_id";
+/// Header of the pane index.
+pub const PANE_INDEX_HEADER: &str = "tidemark.pane_index";
+/// Header of the replay epoch on panes and dead letters (the same header as on changelog
+/// markers).
+pub use crate::state::changelog::EPOCH_HEADER;
+/// Header of the window start (epoch ms).
+pub const WINDOW_START_HEADER: &str = "tidemark.window_start";
+/// Header of the window end (epoch ms).
+pub const WINDOW_END_HEADER: &str = "tidemark.window_end";
+/// Header of the pane's timing.
+pub const TIMING_HEADER: &str = "tidemark.timing";
+
+/// Output fields every pane has; aggregation names must not reuse them.
+pub const RESERVED_FIELDS: [&str; 8] = [
+    "key",
+    "window_start",
+    "window_end",
+    "timing",
+    "pane_index",
+    "dedup_id",
+    "epoch",
+    "count",
+];
+
+/// Headers of a pane record of replay epoch `epoch`.
+pub fn headers(p: &Pane, epoch: u64) -> OwnedHeaders {
+    OwnedHeaders::new_with_capacity(6)
+        .insert(Header {
+            key: DEDUP_ID_HEADER,
+            value: Some(p.dedup_id.as_str()),
+        })
+        .insert(Header {
+            key: PANE_INDEX_HEADER,
+            value: Some(&p.pane_index.to_string()),
+        })
+        .insert(Header {
+            key: EPOCH_HEADER,
+            value: Some(&epoch.to_string()),
+        })
+        .insert(Header {
+            key: WINDOW_START_HEADER,
+            value: Some(&p.window.start.to_string()),
+        })
+        .insert(Header {
+            key: WINDOW_END_HEADER,
+            value: Some(&p.window.end.to_string()),
+        })
+        .insert(Header {
+            key: TIMING_HEADER,
+            value: Some(p.timing.as_str()),
+        })
+}
+
+/// Writes a float as JSON: integral values within ±2^53 as integers, non-finite values as null.
+pub fn write_number(out: &mut String, v: f64) {
+    if !v.is_finite() {
+        out.push_str("null");
+    } else if v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0 {
+        let _ = write!(out, "{}", v as i64);
+    } else {
+        let _ = write!(out, "{}", Value::from(v));
+    }
+}
+
+/// Encodes a pane of replay epoch `epoch` as one line of JSON (without the newline).
+pub fn to_json(pane: &Pane, epoch: u64, aggregations: &[AggSpec]) -> String {
+    let mut out = String::with_capacity(160);
+    out.push_str("{\"key\":");
+    out.push_str(&Value::from(pane.key.as_str()).to_string());
+    let _ = write!(
+        out,
+        ",\"window_start\":{},\"window_end\":{},\"timing\":\"{}\",\"pane_index\":{},\"dedup_id\":\"{}\",\"epoch\":{},\"count\":{}",
+        pane.window.start,
+        pane.window.end,
+        pane.timing.as_str(),
+        pane.pane_index,
+        pane.dedup_id,
+        epoch,
+        pane.count
+    );
+    for (spec, value) in aggregations.iter().zip(&pane.values) {
+        out.push(',');
+        out.push_str(&Value::from(spec.name.as_str()).to_string());
+        out.push(':');
+        match value {
+            Some(v) => write_number(&mut out, *v),
+            None => out.push_str("null"),
+        }
+    }
+    out.push('}');
+    out
+}
+
+/// A pane read back from an output topic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaneRecord {
+    /// The grouping key.
+    pub key: String,
+    /// Window start, epoch ms.
+    pub window_start: i64,
+    /// Window end, epoch ms.
+    pub window_end: i64,
+    /// Why the pane fired.
+    pub timing: Timing,
+    /// Index of the pane within its window and epoch.
+    pub pane_index: u32,
+    /// The window's dedup id.
+    pub dedup_id: String,
+    /// Replay epoch (0 for panes written before epochs).
+    pub epoch: u64,
+    /// Elements in the pane.
+    pub count: u64,
+    /// Aggregates by name, in name order; `None` for min, max or mean of an empty pane.
+    pub aggregates: Vec<(String, Option<f64>)>,
+}
+
+impl PaneRecord {
+    /// Reads a pane from its JSON form: the JSON output encoding (aggregates as fields) or an
+    /// Avro `WindowResult` decoded to JSON (aggregates in a map).
+    pub fn from_json(v: &Value) -> Result<PaneRecord, String> {
+        let o = v.as_object().ok_or("a pane is a JSON object")?;
+        let int = |name: &str| {
+            o.get(name)
+                .and_then(Value::as_i64)
+                .ok_or_else(|| format!("field {name} missing or not an integer"))
+        };
+        let text = |name: &str| {
+            o.get(name)
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("field {name} missing or not a string"))
+        };
+        let in_range = |name: &str, v: i64, max: i64| {
+            if (0..=max).contains(&v) {
+                Ok(v)
+            } else {
+                Err(format!("field {name} out of range: {v}"))
+            }
+        };
+        let mut aggregates: Vec<(String, Option<f64>)> = o
+            .iter()
+            .filter(|(k, _)| *k != "aggregates" && !RESERVED_FIELDS.contains(&k.as_str()))
+            .chain(
+                o.get("aggregates")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten(),
+            )
+            .map(|(k, v)| (k.clone(), v.as_f64()))
+            .collect();
+        aggregates.sort_by(|a, b| a.0.cmp(&b.0));
+        let timing = text("timing")?;
+        Ok(PaneRecord {
+            key: text("key")?.to_string(),
+            window_start: int("window_start")?,
+            window_end: int("window_end")?,
+            timing: Timing::parse(timing).ok_or_else(|| format!("unknown timing {timing:?}"))?,
+            pane_index: in_range("pane_index", int("pane_index")?, u32::MAX as i64)? as u32,
+            dedup_id: text("dedup_id")?.to_string(),
+            epoch: match o.get("epoch") {
+                None => 0,
+                Some(_) => in_range("epoch", int("epoch")?, i64::MAX)? as u64,
+            },
+            count: in_range("count", int("count")?, i64::MAX)? as u64,
+            aggregates,
+        })
+    }
+
+    /// The aggregate named `name`, if the pane has it and it is not null.
+    pub fn aggregate(&self, name: &str) -> Option<f64> {
+        self.aggregates
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| *v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::windowing::aggregate::AggOp;
+    use crate::windowing::assigner::Window;
+    use crate::windowing::engine::dedup_id;
+
+    fn aggs() -> Vec<AggSpec> {
+        vec![
+            AggSpec {
+                name: "s".into(),
+                op: AggOp::Sum,
+                field: Some(0),
+            },
+            AggSpec {
+                name: "lo".into(),
+                op: AggOp::Min,
+                field: Some(0),
+            },
+            AggSpec {
+                name: "avg".into(),
+                op: AggOp::Mean,
+                field: Some(0),
+            },
+        ]
+    }
+
+    fn pane() -> Pane {
+        Pane {
+            key: "u\"1".into(),
+            window: Window::new(0, 60_000),
+            timing: Timing::OnTime,
+            pane_index: 0,
+            dedup_id: dedup_id("p", "u\"1", Window::new(0, 60_000)),
+            count: 0,
+            values: [Some(3.0), None, Some(2.5)].into_iter().collect(),
+        }
+    }
+
+    #[test]
+    fn pane_json_has_fixed_field_order_and_nulls() {
+        let pane = pane();
+        assert_eq!(
+            to_json(&pane, 0, &aggs()),
+            format!(
+                r#"{{"key":"u\"1","window_start":0,"window_end":60000,"timing":"ON_TIME","pane_index":0,"dedup_id":"{}","epoch":0,"count":0,"s":3,"lo":null,"avg":2.5}}"#,
+                pane.dedup_id
+            )
+        );
+    }
+
+    #[test]
+    fn a_pane_reads_back_as_written() {
+        let pane = pane();
+        let v: Value = serde_json::from_str(&to_json(&pane, 3, &aggs())).unwrap();
+        let r = PaneRecord::from_json(&v).unwrap();
+        assert_eq!(
+            r,
+            PaneRecord {
+                key: "u\"1".into(),
+                window_start: 0,
+                window_end: 60_000,
+                timing: Timing::OnTime,
+                pane_index: 0,
+                dedup_id: pane.dedup_id.to_string(),
+                epoch: 3,
+                count: 0,
+                aggregates: vec![
+                    ("avg".into(), Some(2.5)),
+                    ("lo".into(), None),
+                    ("s".into(), Some(3.0))
+                ],
+            }
+        );
+        assert_eq!(r.aggregate("s"), Some(3.0));
+        assert_eq!(r.aggregate("lo"), None);
+    }
+
+    #[test]
+    fn json_and_avro_shaped_panes_read_the_same() {
+        let json: Value = serde_json::from_str(
+            r#"{"key":"alice","window_start":0,"window_end":60000,"timing":"ON_TIME","pane_index":1,"dedup_id":"x","count":4,"revenue":42.5,"clicks":4,"low":null}"#,
+        )
+        .unwrap();
+        let avro: Value = serde_json::from_str(
+            r#"{"key":"alice","window_start":0,"window_end":60000,"timing":"ON_TIME","pane_index":1,"dedup_id":"x","count":4,"aggregates":{"revenue":42.5,"clicks":4.0,"low":null}}"#,
+        )
+        .unwrap();
+        let a = PaneRecord::from_json(&json).unwrap();
+        assert_eq!(a, PaneRecord::from_json(&avro).unwrap());
+        assert_eq!(a.epoch, 0, "a pane without an epoch is of epoch 0");
+        assert_eq!(
+            a.aggregates,
+            vec![
+                ("clicks".to_string(), Some(4.0)),
+                ("low".to_string(), None),
+                ("revenue".to_string(), Some(42.5))
+            ]
+        );
+        assert!(PaneRecord::from_json(&serde_json::json!({"reason": "late"})).is_err());
+        let bad_timing: Value = serde_json::from_str(
+            r#"{"key":"a","window_start":0,"window_end":1,"timing":"SOON","pane_index":0,"dedup_id":"x","count":1}"#,
+        )
+        .unwrap();
+        assert!(PaneRecord::from_json(&bad_timing)
+            .unwrap_err()
+            .contains("SOON"));
+    }
+}

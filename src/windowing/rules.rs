@@ -1,0 +1,175 @@
+//! The rules timers follow, derived from the spec and a key's state, and the arithmetic of
+//! sliced sliding windows. The cache rebuilds timers with them when it loads state, and the
+//! engine sets timers with them as it goes: both call down into this module, which calls nothing
+//! back.
+
+use super::aggregate::Acc;
+use super::assigner::Window;
+use super::assigner::{SliceGrid, WindowKind};
+use super::keystate::slice_map::SliceMap;
+use super::keystate::{Cursor, KeyState, Running, WinState};
+use super::spec::EngineSpec;
+use super::timers::TimerKind;
+
+/// How window state is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One entry per (key, window).
+    PerWindow,
+    /// Sliding windows as slices.
+    Sliced(SliceGrid),
+    /// Merging per-key sessions.
+    Session {
+        /// Inactivity gap.
+        gap: i64,
+    },
+}
+
+impl Layout {
+    /// The layout tidemark uses for a pipeline.
+    pub fn for_spec(spec: &EngineSpec) -> Layout {
+        match spec.window {
+            WindowKind::Tumbling { .. } => Layout::PerWindow,
+            WindowKind::Sliding {
+                size,
+                slide,
+                offset,
+            } if spec.trigger.early_every.is_none() => {
+                Layout::Sliced(SliceGrid::new(size, slide, offset))
+            }
+            WindowKind::Sliding { .. } => Layout::PerWindow,
+            WindowKind::Session { gap } => Layout::Session { gap },
+        }
+    }
+}
+
+/// Spec-derived parameters that timers depend on.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules {
+    /// The window kind.
+    pub window: WindowKind,
+    /// How state is laid out.
+    pub layout: Layout,
+    /// Allowed lateness in ms.
+    pub lateness: i64,
+}
+
+impl Rules {
+    /// The event-time timer of a window state (there is always exactly one): its end while the
+    /// ON_TIME pane is pending, then its end plus the allowed lateness, when it expires.
+    pub fn window_timer(&self, w: &Window, st: &WinState) -> (i64, TimerKind) {
+        if st.on_time_done {
+            (w.end.saturating_add(self.lateness), TimerKind::Expire)
+        } else {
+            (w.end, TimerKind::Fire)
+        }
+    }
+
+    /// The service time of a sliced key: its next ON_TIME firing or the expiry of its first
+    /// slice, whichever comes first; `None` when it needs none.
+    pub fn key_service_time(&self, ks: &KeyState) -> Option<i64> {
+        let Layout::Sliced(g) = self.layout else {
+            return None;
+        };
+        let c = ks.cursor.as_ref()?;
+        let expiry = ks
+            .slices
+            .keys()
+            .next()
+            .map(|&a| g.last_end(a).saturating_add(self.lateness));
+        match (c.next_fire, expiry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether windows are sessions, stored by start because their end moves.
+    pub fn sessions(&self) -> bool {
+        matches!(self.layout, Layout::Session { .. })
+    }
+
+    /// Rebuilds the memory-only parts of a key loaded from the store (a sliced key's next
+    /// firing), given the watermark of the flush that wrote it (`None` before any).
+    pub fn restore_key(&self, ks: &mut KeyState, flushed_watermark: Option<i64>) {
+        let Layout::Sliced(g) = self.layout else {
+            return;
+        };
+        if ks.slices.is_empty() {
+            ks.cursor = None;
+            return;
+        }
+        let cursor = ks.cursor.get_or_insert_with(Cursor::default);
+        cursor.next_fire = first_end_with_data_after(&ks.slices, g, flushed_watermark);
+    }
+}
+
+/// The end of the first sliced window with data that ends after `wm` (`None`: before any
+/// watermark). Every window ending at or before the watermark has fired, so this is a key's next
+/// ON_TIME firing.
+fn first_end_with_data_after(slices: &SliceMap, g: SliceGrid, wm: Option<i64>) -> Option<i64> {
+    match wm {
+        None => slices.first_key_value().map(|(&a, _)| g.first_end(a)),
+        // Far from any real time (the start of time, or after `finish`): no grid arithmetic.
+        Some(wm) if wm < i64::MIN / 2 => slices.first_key_value().map(|(&a, _)| g.first_end(a)),
+        Some(wm) if wm > i64::MAX / 2 => None,
+        // The first window end after the watermark is `end_after(wm)`, the one after the end
+        // before it.
+        Some(wm) => next_end_with_data(slices, g, g.end_after(wm) - g.slide),
+    }
+}
+
+/// Content of the sliced window ending at `e`: moves the running aggregate when the aggregates are
+/// invertible and the windows overlap, otherwise combines the window's slices.
+pub fn window_acc(
+    running: &mut Option<Running>,
+    slices: &SliceMap,
+    g: SliceGrid,
+    e: i64,
+    invertible: bool,
+) -> Acc {
+    let start = e - g.size;
+    // Recompute from slices once per window length so floating-point sums cannot drift.
+    let resync_every = (g.size / g.slide).max(1) as u32;
+    if invertible {
+        if let Some(r) = running.as_mut() {
+            if r.end <= e && r.end > start && r.advances < resync_every {
+                for (_, s) in slices.range(r.end..e) {
+                    r.acc.merge(s);
+                }
+                if r.lo < start {
+                    for (_, s) in slices.range(r.lo..start) {
+                        r.acc.subtract(s);
+                    }
+                    r.lo = start;
+                }
+                r.end = e;
+                r.advances += 1;
+                return r.acc.clone();
+            }
+        }
+    }
+    let acc = window_total(slices, start, e);
+    *running = invertible.then(|| Running {
+        end: e,
+        lo: start,
+        acc: acc.clone(),
+        advances: 0,
+    });
+    acc
+}
+
+/// The aggregate of a key's slices in `[start, end)`.
+pub fn window_total(slices: &SliceMap, start: i64, end: i64) -> Acc {
+    let mut total = Acc::default();
+    for (_, s) in slices.range(start..end) {
+        total.merge(s);
+    }
+    total
+}
+
+/// The end of the first window after the one ending at `e` that holds at least one slice.
+pub fn next_end_with_data(slices: &SliceMap, g: SliceGrid, e: i64) -> Option<i64> {
+    let from = e + g.slide - g.size;
+    let (&a0, _) = slices.range(from..).next()?;
+    Some((e + g.slide).max(g.first_end(a0)))
+}

@@ -1,0 +1,462 @@
+//! Scenarios for the repartition hop: input as most producers write it (null keys, or keys of
+//! another field), on one or several topics, and the checks that do not depend on the order in
+//! which several sources reach the second stage.
+
+use super::reference::{self, Expected};
+use super::Broker;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// How the scenario's records are keyed on the topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    /// No key (round-robin producers).
+    Null,
+    /// The `session` field, not the grouping field `user`.
+    OtherField,
+    /// The grouping field `user` (the fast path's promise).
+    GroupingField,
+}
+
+/// One record: (topic, partition, key, value).
+pub type Record = (String, i32, Option<String>, String);
+
+/// Records for the reference fold as (source id, offset, value), and each source id's (topic,
+/// partition).
+type Numbered = (Vec<(i32, i64, String)>, BTreeMap<i32, (String, i32)>);
+
+/// Records over several topics, each with its partition count.
+pub struct HopScenario {
+    /// The records in production order.
+    pub records: Vec<Record>,
+    /// Event time of the last records: windows ending by it are expected.
+    pub cutoff: i64,
+}
+
+/// A pipeline file for the hop over `topics` (`application_id` "hop"), tumbling 1 s windows
+/// grouped by the field `user`, out-of-orderness 300 ms, lateness 1 s; `extra` goes into the
+/// `[kafka]` section and `watermark` into `[watermark]`.
+pub fn pipeline(
+    broker: &str,
+    state: &std::path::Path,
+    instance: &str,
+    topics: &[&str],
+    watermark: &str,
+    extra: &str,
+) -> String {
+    let topics: Vec<String> = topics.iter().map(|t| format!("{t:?}")).collect();
+    format!(
+        r#"
+name = "hop"
+allowed_lateness = "1s"
+[input]
+key = "user"
+timestamp = "ts"
+[window]
+type = "tumbling"
+size = "1s"
+[watermark]
+max_out_of_orderness = "300ms"
+{watermark}
+[[aggregations]]
+name = "n"
+op = "count"
+[[aggregations]]
+name = "total"
+op = "sum"
+field = "amount"
+[kafka]
+bootstrap_servers = "{broker}"
+application_id = "hop"
+instance_id = "{instance}"
+static_membership = false
+input_topics = [{}]
+output_topic = "panes"
+dead_letter_topic = "dead"
+state_dir = "{}"
+commit_interval = "100ms"
+max_batch_records = 500
+{extra}
+[kafka.properties]
+"session.timeout.ms" = "6000"
+"max.poll.interval.ms" = "10000"
+"#,
+        topics.join(", "),
+        state.display()
+    )
+}
+
+impl HopScenario {
+    /// `n` events spread over the partitions of `topics` ((name, partitions)), an hour in the
+    /// past, 30 users, 10% up to 300 ms out of order, one malformed record (and, with `late`, one
+    /// record a minute late) every 1,000 events, and one record far ahead per partition so every
+    /// window before it fires.
+    pub fn generate(
+        topics: &[(&str, i32)],
+        n: i64,
+        keys: Keys,
+        late: bool,
+        seed: u64,
+    ) -> HopScenario {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let base = (now - 3_600_000) / 1000 * 1000;
+        let all: Vec<(String, i32)> = topics
+            .iter()
+            .flat_map(|(t, n)| (0..*n).map(move |p| (t.to_string(), p)))
+            .collect();
+        let key_of = |user: &str, session: &str| match keys {
+            Keys::Null => None,
+            Keys::OtherField => Some(session.to_string()),
+            Keys::GroupingField => Some(user.to_string()),
+        };
+        let mut records = Vec::new();
+        let mut x = seed | 1;
+        for i in 0..n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let user = format!("u{}", x % 30);
+            let session = format!("s{}", (x >> 12) % 7);
+            let (topic, p) = all[((x >> 20) % all.len() as u64) as usize].clone();
+            let jitter = if x % 10 == 0 {
+                -(((x >> 8) % 300) as i64)
+            } else {
+                0
+            };
+            let ts = base + i * 5 + jitter;
+            let value =
+                json!({"user": user, "session": session, "ts": ts, "amount": (x % 50) as i64});
+            records.push((topic, p, key_of(&user, &session), value.to_string()));
+            if i % 1000 == 999 {
+                let (topic, p) = all[(i / 1000) as usize % all.len()].clone();
+                if late {
+                    let late =
+                        json!({"user": "late", "session": "s0", "ts": base - 60_000, "amount": 1});
+                    records.push((topic.clone(), p, key_of("late", "s0"), late.to_string()));
+                }
+                records.push((topic, p, key_of("bad", "s0"), "not json at all".into()));
+            }
+        }
+        let cutoff = base + n * 5 + 60_000;
+        for (topic, p) in &all {
+            let end = json!({"user": "end", "session": "s0", "ts": cutoff, "amount": 0});
+            records.push((topic.clone(), *p, key_of("end", "s0"), end.to_string()));
+        }
+        HopScenario { records, cutoff }
+    }
+
+    /// Produces the records in a background thread, `batch` at a time with `pause` between.
+    pub fn produce(
+        &self,
+        broker: &str,
+        batch: usize,
+        pause: Duration,
+    ) -> std::thread::JoinHandle<()> {
+        let records = self.records.clone();
+        let addr = broker.to_string();
+        std::thread::spawn(move || {
+            let producer: BaseProducer = ClientConfig::new()
+                .set("bootstrap.servers", &addr)
+                .create()
+                .unwrap();
+            for chunk in records.chunks(batch) {
+                for (t, p, k, v) in chunk {
+                    let mut r = BaseRecord::<String, String>::to(t).partition(*p).payload(v);
+                    if let Some(k) = k {
+                        r = r.key(k);
+                    }
+                    producer.send(r).unwrap();
+                }
+                producer.flush(Duration::from_secs(10)).unwrap();
+                std::thread::sleep(pause);
+            }
+        })
+    }
+
+    /// The records as (source id, offset, value) for the reference fold: each (topic, partition)
+    /// is its own source, offsets counted per partition from 0.
+    fn with_offsets(&self) -> Numbered {
+        let mut ids: BTreeMap<(String, i32), i32> = BTreeMap::new();
+        let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+        let mut out = Vec::new();
+        for (t, p, _, v) in &self.records {
+            let n = ids.len() as i32;
+            let id = *ids.entry((t.clone(), *p)).or_insert(n);
+            let o = next.entry(id).or_default();
+            out.push((id, *o, v.clone()));
+            *o += 1;
+        }
+        (out, ids.into_iter().map(|(tp, id)| (id, tp)).collect())
+    }
+
+    /// The independent reference: per window the count and sum, and the late and malformed
+    /// records as (topic, partition, offset).
+    pub fn reference(&self) -> (Expected, BTreeSet<(String, i32, i64, String)>) {
+        let (records, ids) = self.with_offsets();
+        let want = reference::tumbling(&records, 1_000, 300, 1_000, self.cutoff);
+        let dead = want
+            .late
+            .iter()
+            .map(|&(id, o)| (id, o, "late"))
+            .chain(want.malformed.iter().map(|&(id, o)| (id, o, "malformed")))
+            .map(|(id, o, reason)| {
+                let (t, p) = &ids[&id];
+                (t.clone(), *p, o, reason.to_string())
+            })
+            .collect();
+        (want, dead)
+    }
+
+    /// What `tidemark simulate` computes with one input per topic (records in production order):
+    /// the pane lines of windows ending by the cutoff.
+    pub fn simulate(&self, text: &str, topics: &[&str]) -> Vec<String> {
+        let (spec, _) = tidemark::config::parse_raw(text, Vec::new())
+            .unwrap()
+            .validate()
+            .unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tidemark::state::store::StateStore::open(tmp.path()).unwrap();
+        let texts: Vec<String> = topics
+            .iter()
+            .map(|t| {
+                self.records
+                    .iter()
+                    .filter(|r| r.0 == *t)
+                    .map(|r| r.3.clone())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .collect();
+        let inputs = topics
+            .iter()
+            .zip(&texts)
+            .map(|(t, text)| tidemark::simulate::Input::new(*t, text.as_bytes()))
+            .collect();
+        let (mut panes, mut dead) = (Vec::new(), Vec::new());
+        tidemark::simulate::run_inputs(&spec, &store, inputs, &mut panes, &mut dead).unwrap();
+        String::from_utf8(panes)
+            .unwrap()
+            .lines()
+            .filter(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["window_end"].as_i64().unwrap() <= self.cutoff
+            })
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// Creates each topic with its partition count.
+pub fn create_topics(broker: &Broker, topics: &[(&str, i32)]) {
+    for (t, n) in topics {
+        broker.create_topic(t, *n);
+    }
+}
+
+/// What a run committed, judged from the raw log.
+pub struct Committed {
+    /// Pane JSON lines of the output topic.
+    pub panes: Vec<String>,
+    /// Problems `audit` finds in them (duplicates, pane-index gaps), as text.
+    pub audit: Vec<String>,
+    /// Dead letters as (source topic, partition, offset, reason), with how often each occurs.
+    pub dead: BTreeMap<(String, i32, i64, String), usize>,
+    /// Records of transactions still open in the output and dead-letter topics.
+    pub open: usize,
+}
+
+/// Reads the output and dead-letter topics' committed records.
+pub fn committed(broker: &str) -> Committed {
+    committed_in(broker, None)
+}
+
+/// Reads the output and dead-letter topics' committed records of replay epoch `epoch` only (pane
+/// lines with their epoch written as 0, as `simulate` writes them).
+pub fn committed_epoch(broker: &str, epoch: u64) -> Committed {
+    committed_in(broker, Some(epoch))
+}
+
+fn committed_in(broker: &str, epoch: Option<u64>) -> Committed {
+    let mut panes = tidemark::kafka::raw_log::read_topic(broker, "panes").unwrap();
+    let mut dead_log = tidemark::kafka::raw_log::read_topic(broker, "dead").unwrap();
+    if let Some(e) = epoch {
+        panes
+            .committed
+            .retain(|r| tidemark::format::epoch_of(r) == e);
+        dead_log
+            .committed
+            .retain(|r| tidemark::format::epoch_of(r) == e);
+    }
+    let report = tidemark::audit::check_panes(&panes.committed);
+    let mut audit = Vec::new();
+    for d in &report.duplicates {
+        audit.push(format!("duplicate {d:?}"));
+    }
+    for g in &report.gaps {
+        audit.push(format!("gap {g:?}"));
+    }
+    let mut dead = BTreeMap::new();
+    for r in &dead_log.committed {
+        let d = tidemark::format::dead_letter::DeadLetter::from_record(r).expect("a dead letter");
+        *dead
+            .entry((d.topic, d.partition, d.offset, d.reason))
+            .or_insert(0) += 1;
+    }
+    Committed {
+        panes: panes
+            .committed
+            .iter()
+            .map(|r| {
+                let line = String::from_utf8(r.value.clone().unwrap_or_default().to_vec()).unwrap();
+                match epoch {
+                    Some(e) => line.replace(&format!("\"epoch\":{e},"), "\"epoch\":0,"),
+                    None => line,
+                }
+            })
+            .collect(),
+        audit,
+        dead,
+        open: panes.open + dead_log.open,
+    }
+}
+
+/// The last pane of every window, keyed by (key, window start), as (end, count, total).
+pub fn last_panes(lines: &[String]) -> BTreeMap<(String, i64), (i64, u64, f64)> {
+    reference::last_panes(lines, "total")
+}
+
+/// Problems of a run over input without late records: every window's last pane equals the
+/// reference's and `simulate`'s, every pane is committed once with pane indexes without gaps, and
+/// every malformed record is dead-lettered once.
+pub fn judge_exact(got: &Committed, s: &HopScenario, simulated: &[String]) -> Vec<String> {
+    let (want, want_dead) = s.reference();
+    // Windows after the cutoff fire too once every source is idle; they are not compared.
+    let mut last = last_panes(&got.panes);
+    last.retain(|_, (end, _, _)| *end <= s.cutoff);
+    let mut problems = reference::compare(&last, &want, 1_000);
+    let sim = last_panes(simulated);
+    if sim != last {
+        let differ = sim
+            .iter()
+            .filter(|(k, v)| last.get(*k) != Some(*v))
+            .take(3)
+            .map(|(k, v)| format!("{k:?}: simulate {v:?}, run {:?}", last.get(k)))
+            .collect::<Vec<_>>();
+        problems.push(format!(
+            "last panes differ from simulate ({} against {} windows): {differ:?}",
+            last.len(),
+            sim.len()
+        ));
+    }
+    problems.extend(common_problems(got));
+    let got_dead: BTreeSet<_> = got.dead.keys().cloned().collect();
+    if got_dead != want_dead {
+        let missing: Vec<_> = want_dead.difference(&got_dead).take(3).collect();
+        let extra: Vec<_> = got_dead.difference(&want_dead).take(3).collect();
+        problems.push(format!(
+            "dead letters: {} against {} expected; missing {missing:?}, extra {extra:?}",
+            got_dead.len(),
+            want_dead.len()
+        ));
+    }
+    problems
+}
+
+/// Problems of a run over input with late records, judged by what does not depend on the order
+/// in which the sources reach the second stage: each record is in its window's last pane or
+/// dead-lettered, once, never both (per window, the last pane's count and sum plus the late dead
+/// letters' equal all its records'), every pane is committed once with pane indexes without gaps,
+/// and the malformed records are dead-lettered once each.
+pub fn judge_conserved(got: &Committed, s: &HopScenario) -> Vec<String> {
+    let (records, ids) = s.with_offsets();
+    // Every valid record counted in its window, whatever its lateness.
+    let all = reference::tumbling(&records, 1_000, 300, i64::MAX / 4, s.cutoff);
+    let by_coords: BTreeMap<(String, i32, i64), &str> = records
+        .iter()
+        .map(|(id, o, v)| {
+            let (t, p) = &ids[id];
+            ((t.clone(), *p, *o), v.as_str())
+        })
+        .collect();
+    let mut in_panes: BTreeMap<(String, i64), (u64, f64)> = last_panes(&got.panes)
+        .into_iter()
+        .map(|(k, (_, n, sum))| (k, (n, sum)))
+        .collect();
+    let mut problems = common_problems(got);
+    let mut malformed = BTreeSet::new();
+    for (t, p, o, reason) in got.dead.keys() {
+        let Some(value) = by_coords.get(&(t.clone(), *p, *o)) else {
+            problems.push(format!("a dead letter for no input record: {t}/{p}@{o}"));
+            continue;
+        };
+        match reason.as_str() {
+            "malformed" => {
+                malformed.insert((t.clone(), *p, *o));
+            }
+            "late" => {
+                let v: serde_json::Value = serde_json::from_str(value).unwrap();
+                let ts = v["ts"].as_i64().unwrap();
+                let key = (
+                    v["user"].as_str().unwrap().to_string(),
+                    ts.div_euclid(1_000) * 1_000,
+                );
+                let e = in_panes.entry(key).or_default();
+                e.0 += 1;
+                e.1 += v["amount"].as_i64().unwrap() as f64;
+            }
+            other => problems.push(format!("dead letter reason {other} for {t}/{p}@{o}")),
+        }
+    }
+    // Windows past the cutoff have not fired; their late records do not count either.
+    in_panes.retain(|(_, start), _| start + 1_000 <= s.cutoff);
+    let want: BTreeMap<(String, i64), (u64, f64)> = all.windows.clone();
+    if in_panes != want {
+        let differ: Vec<String> = want
+            .iter()
+            .filter(|(k, v)| in_panes.get(*k) != Some(*v))
+            .take(3)
+            .map(|(k, v)| format!("{k:?}: records {v:?}, panes + late {:?}", in_panes.get(k)))
+            .collect();
+        problems.push(format!(
+            "records not conserved ({} windows against {}): {differ:?}",
+            in_panes.len(),
+            want.len()
+        ));
+    }
+    let want_malformed: BTreeSet<(String, i32, i64)> = all
+        .malformed
+        .iter()
+        .map(|(id, o)| {
+            let (t, p) = &ids[id];
+            (t.clone(), *p, *o)
+        })
+        .collect();
+    if malformed != want_malformed {
+        problems.push(format!(
+            "malformed dead letters: {} against {}",
+            malformed.len(),
+            want_malformed.len()
+        ));
+    }
+    problems
+}
+
+/// Duplicated or gapped panes, repeated dead letters, open transactions.
+fn common_problems(got: &Committed) -> Vec<String> {
+    let mut problems = got.audit.clone();
+    for (d, n) in &got.dead {
+        if *n > 1 {
+            problems.push(format!("dead-lettered {n} times: {d:?}"));
+        }
+    }
+    if got.open > 0 {
+        problems.push(format!("{} records in open transactions", got.open));
+    }
+    problems
+}

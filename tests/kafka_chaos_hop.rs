@@ -1,0 +1,210 @@
+//! Chaos for the two-stage pipeline (the repartition hop): three members of one group read
+//! null-keyed input on two topics (3 partitions each), grouped by a field, while random members
+//! are killed with SIGKILL at random moments and restarted at once, alternately on their old
+//! state directory and on an empty one. Each member runs both stages: it owns some input
+//! partitions and some repartition partitions, and commits both stages' work in one transaction
+//! per cycle.
+//!
+//! The judge reads everything from the raw log (transactions resolved from COMMIT/ABORT markers)
+//! and does not depend on the order in which the sources reached the second stage: every pane is
+//! committed once with pane indexes without gaps; every record is in its window's last pane or
+//! dead-lettered (late), once, never both — per window, the last pane's count and sum plus the
+//! late dead letters' equal all its records', from an independent fold over the input; every
+//! malformed record is dead-lettered once; no transaction is left open in any topic the members
+//! write; every member exits cleanly on SIGTERM; and at least one kill hit a member holding
+//! partitions.
+//!
+//! `TIDEMARK_CHAOS_KILLS` (default 8, CI's short variant), `TIDEMARK_CHAOS_RECORDS` (default
+//! 20,000), `TIDEMARK_CHAOS_SEED` and `TIDEMARK_CHAOS_STATIC=1` as for `tests/kafka_chaos.rs`;
+//! `scripts/chaos.sh` runs both. It prints one summary line starting with `chaos-hop:`.
+
+mod common;
+
+use common::hop::{self, HopScenario, Keys};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TOPICS: [(&str, i32); 2] = [("web", 3), ("app", 3)];
+const MEMBERS: usize = 3;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// xorshift64: the test's only source of randomness, so a seed repeats a run's choices.
+fn next(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+struct Member {
+    id: String,
+    child: Child,
+    incarnation: usize,
+}
+
+fn start(dir: &Path, broker: &str, id: &str, incarnation: usize, keep_state: bool) -> Child {
+    let state = if keep_state {
+        dir.join(format!("state-{id}"))
+    } else {
+        dir.join(format!("state-{id}-{incarnation}"))
+    };
+    let cfg = dir.join(format!("{id}-{incarnation}.toml"));
+    let mut text = hop::pipeline(broker, &state, id, &["web", "app"], "", "");
+    if std::env::var("TIDEMARK_CHAOS_STATIC").is_ok_and(|v| v == "1") {
+        text = text.replace("static_membership = false", "static_membership = true");
+    }
+    std::fs::write(&cfg, text).unwrap();
+    let log = std::fs::File::create(dir.join(format!("{id}-{incarnation}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .env("TIDEMARK_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// Whether incarnation `incarnation` of member `id` had partitions (its log shows a restore).
+fn had_partitions(dir: &Path, id: &str, incarnation: usize) -> bool {
+    std::fs::read_to_string(dir.join(format!("{id}-{incarnation}.log")))
+        .unwrap_or_default()
+        .contains("restored from the")
+}
+
+/// Records of transactions still open in `topic`.
+fn open_in(broker: &str, topic: &str) -> usize {
+    tidemark::kafka::raw_log::read_topic(broker, topic)
+        .map(|l| l.open)
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once() {
+    let kills: usize = env_or("TIDEMARK_CHAOS_KILLS", 8);
+    let records: i64 = env_or("TIDEMARK_CHAOS_RECORDS", 20_000);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let seed0: u64 = env_or("TIDEMARK_CHAOS_SEED", now | 1);
+    let mut seed = seed0;
+
+    let broker = common::Broker::start();
+    hop::create_topics(&broker, &TOPICS);
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = HopScenario::generate(&TOPICS, records, Keys::Null, true, seed0);
+
+    let mut members: Vec<Member> = (0..MEMBERS)
+        .map(|i| {
+            let id = format!("m{}", i + 1);
+            Member {
+                child: start(dir.path(), &broker.addr, &id, 0, true),
+                id,
+                incarnation: 0,
+            }
+        })
+        .collect();
+    // Live input spread over about the time the kills take (2.5 s apart on average).
+    let batch = 100;
+    let span_ms = (kills as u64 * 2_500).max(10_000);
+    let pause = Duration::from_millis(span_ms * batch as u64 / scenario.records.len() as u64);
+    let producer = scenario.produce(&broker.addr, batch, pause);
+    let first_output = Instant::now();
+    while hop::committed(&broker.addr).panes.is_empty() {
+        assert!(
+            first_output.elapsed() < Duration::from_secs(90),
+            "no output within 90 s of starting three members"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // The kills: a random member at a random moment, 1-4 s apart, restarted at once on its old
+    // state directory or on an empty one, alternately.
+    let (mut kept, mut empty, mut working) = (0, 0, 0);
+    for k in 0..kills {
+        std::thread::sleep(Duration::from_millis(1_000 + next(&mut seed) % 3_000));
+        let m = &mut members[(next(&mut seed) % MEMBERS as u64) as usize];
+        m.child.kill().unwrap(); // SIGKILL
+        m.child.wait().unwrap();
+        if had_partitions(dir.path(), &m.id, m.incarnation) {
+            working += 1;
+        }
+        m.incarnation += 1;
+        let keep = k % 2 == 0;
+        if keep {
+            kept += 1;
+        } else {
+            empty += 1;
+        }
+        m.child = start(dir.path(), &broker.addr, &m.id, m.incarnation, keep);
+    }
+    producer.join().unwrap();
+
+    // Let the group finish the input (every record in a pane or a dead letter), then stop every
+    // member with SIGTERM.
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut problems = hop::judge_conserved(&hop::committed(&broker.addr), &scenario);
+    while !problems.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        problems = hop::judge_conserved(&hop::committed(&broker.addr), &scenario);
+    }
+    let statuses: Vec<_> = members
+        .into_iter()
+        .map(|m| common::stop_member(m.child))
+        .collect();
+
+    let got = hop::committed(&broker.addr);
+    let problems = hop::judge_conserved(&got, &scenario);
+    let open: usize = [
+        "panes",
+        "dead",
+        "hop-changelog",
+        "hop-repartition",
+        "hop-offsets",
+    ]
+    .iter()
+    .map(|t| open_in(&broker.addr, t))
+    .sum();
+    let input: usize = TOPICS
+        .iter()
+        .map(|(t, _)| {
+            tidemark::kafka::raw_log::read_topic(&broker.addr, t)
+                .unwrap()
+                .committed
+                .len()
+        })
+        .sum();
+    let failed_exits = statuses.iter().filter(|s| !s.success()).count();
+    let late = got.dead.keys().filter(|d| d.3 == "late").count();
+    let malformed = got.dead.keys().filter(|d| d.3 == "malformed").count();
+    let pass = problems.is_empty()
+        && open == 0
+        && failed_exits == 0
+        && input == scenario.records.len()
+        && working > 0;
+    for p in problems.iter().take(10) {
+        eprintln!("problem: {p}");
+    }
+    println!(
+        "chaos-hop: seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={input} panes={} problems={} dead_letters={} (late {late}, malformed {malformed}) open_txn_records={open} failed_exits={failed_exits} result={}",
+        got.panes.len(),
+        problems.len(),
+        got.dead.len(),
+        if pass { "PASS" } else { "FAIL" }
+    );
+    if !pass {
+        let kept_dir: PathBuf = dir.keep();
+        panic!(
+            "chaos run failed (seed {seed0}); member logs and state kept in {}",
+            kept_dir.display()
+        );
+    }
+}

@@ -1,0 +1,370 @@
+//! The repartition hop against a real broker: `tidemark run` groups by `[input] key` whatever the
+//! records' Kafka keys are (none, another field's), from several topics, through the
+//! `<application_id>-repartition` topic, exactly once, judged from the raw log:
+//!
+//! * a null-keyed topic and a topic keyed by another field: every window's last pane equals the
+//!   independent reference's and `simulate`'s, every malformed record is dead-lettered once, and
+//!   after a replay of both stages the new epoch equals `simulate` again;
+//! * two topics of 3 and 5 partitions with late records: each record in a pane or dead-lettered,
+//!   once, never both, before and after a replay;
+//! * a source partition that stalls holds ON_TIME panes back; one that goes idle does not stall
+//!   them beyond the idle timeout;
+//! * the hop places keys where Kafka's default partitioner does (murmur2);
+//! * `repartition = false` dead-letters a record whose key is not its grouping key
+//!   (`key_mismatch`), and a repartition topic with another partition count is refused.
+
+mod common;
+
+use common::hop::{self, HopScenario, Keys};
+use common::{run_tidemark, start_member_logged, stop_member, wait_for_log, Broker};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Writes a pipeline file and returns its path.
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.join(format!("{name}.toml"));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Waits until the output's last panes cover every window of the reference, or `secs` pass.
+fn wait_for_windows(broker: &str, s: &HopScenario, secs: u64) {
+    let (want, _) = s.reference();
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let got = hop::last_panes(&hop::committed(broker).panes);
+        let done = want
+            .windows
+            .iter()
+            .all(|(k, (n, _))| got.get(k).is_some_and(|g| g.1 >= *n));
+        if done || Instant::now() > deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn exactly(broker: &Broker, topics: &[(&str, i32)], keys: Keys, seed: u64, replay: bool) {
+    hop::create_topics(broker, topics);
+    let dir = tempfile::tempdir().unwrap();
+    let names: Vec<&str> = topics.iter().map(|(t, _)| *t).collect();
+    let text = hop::pipeline(
+        &broker.addr,
+        &dir.path().join("state"),
+        "m1",
+        &names,
+        "idle_timeout = \"1s\"",
+        "",
+    );
+    let cfg = write(dir.path(), "pipeline", &text);
+    let s = HopScenario::generate(topics, 3_000, keys, false, seed);
+    s.produce(&broker.addr, 500, Duration::ZERO).join().unwrap();
+    let log = dir.path().join("member.log");
+    let member = start_member_logged(&cfg, &log);
+    wait_for_windows(&broker.addr, &s, 120);
+    // A few more cycles for the dead letters of the last batch.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(stop_member(member).success(), "the member stopped cleanly");
+    let got = hop::committed(&broker.addr);
+    let simulated = s.simulate(&text, &names);
+    let problems = hop::judge_exact(&got, &s, &simulated);
+    assert!(
+        problems.is_empty(),
+        "{problems:#?}\nmember log:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert!(!got.panes.is_empty());
+    if !replay {
+        return;
+    }
+    // A replay of both stages: the new epoch equals simulate again.
+    let out = run_tidemark("replay", &cfg, &["--to-earliest"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let member = start_member_logged(&cfg, &dir.path().join("replay.log"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let problems = hop::judge_exact(&hop::committed_epoch(&broker.addr, 1), &s, &simulated);
+        if problems.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "epoch 1: {problems:#?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(stop_member(member).success());
+}
+
+#[test]
+fn a_null_keyed_topic_is_grouped_by_the_field_and_a_replay_equals_simulate_again() {
+    let broker = Broker::start();
+    exactly(&broker, &[("clicks", 3)], Keys::Null, 11, true);
+}
+
+#[test]
+fn a_topic_keyed_by_another_field_is_grouped_by_the_grouping_field() {
+    let broker = Broker::start();
+    exactly(&broker, &[("clicks", 4)], Keys::OtherField, 12, false);
+}
+
+#[test]
+fn two_topics_of_3_and_5_partitions_conserve_every_record_before_and_after_a_replay() {
+    let broker = Broker::start();
+    let topics = [("web", 3), ("app", 5)];
+    hop::create_topics(&broker, &topics);
+    let dir = tempfile::tempdir().unwrap();
+    let text = hop::pipeline(
+        &broker.addr,
+        &dir.path().join("state"),
+        "m1",
+        &["web", "app"],
+        "idle_timeout = \"1s\"",
+        "",
+    );
+    let cfg = write(dir.path(), "pipeline", &text);
+    let s = HopScenario::generate(&topics, 4_000, Keys::Null, true, 13);
+    let log = dir.path().join("member.log");
+    let member = start_member_logged(&cfg, &log);
+    // Live input: every source moves along, so the late records are late for the combined
+    // watermark too.
+    wait_for_log(&log, "restored", 1, 60);
+    s.produce(&broker.addr, 100, Duration::from_millis(40))
+        .join()
+        .unwrap();
+    wait_for_windows(&broker.addr, &s, 120);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(stop_member(member).success());
+    let got = hop::committed(&broker.addr);
+    let problems = hop::judge_conserved(&got, &s);
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(
+        got.dead.keys().any(|d| d.3 == "late"),
+        "the scenario has late records"
+    );
+
+    // A replay of both stages: the new epoch conserves every record again.
+    let out = run_tidemark("replay", &cfg, &["--to-earliest"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let member = start_member_logged(&cfg, &dir.path().join("replay.log"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let problems = hop::judge_conserved(&hop::committed_epoch(&broker.addr, 1), &s);
+        if problems.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "epoch 1: {problems:#?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(stop_member(member).success());
+}
+
+/// Produces `n` null-keyed events of 5 users to `topic`/`p`, 10 ms of event time apart from
+/// `from`.
+fn produce_run(broker: &str, topic: &str, p: i32, from: i64, n: i64) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .create()
+        .unwrap();
+    for i in 0..n {
+        let v =
+            serde_json::json!({"user": format!("u{}", i % 5), "ts": from + i * 10, "amount": 1})
+                .to_string();
+        producer
+            .send(BaseRecord::<(), String>::to(topic).partition(p).payload(&v))
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+}
+
+/// The latest window end among the committed panes.
+fn max_end(broker: &str) -> i64 {
+    hop::committed(broker)
+        .panes
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["window_end"]
+                .as_i64()
+                .unwrap()
+        })
+        .max()
+        .unwrap_or(i64::MIN)
+}
+
+#[test]
+fn a_stalled_source_holds_panes_back_and_an_idle_one_lets_them_go() {
+    let broker = Broker::start();
+    hop::create_topics(&broker, &[("live", 2), ("quiet", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let base = (now - 600_000) / 1000 * 1000;
+    // The quiet source has records up to base + 3 s only; the live ones go on to base + 30 s.
+    produce_run(&broker.addr, "quiet", 0, base, 300);
+    for p in 0..2 {
+        produce_run(&broker.addr, "live", p, base, 3_000);
+    }
+    // Without an idle timeout the quiet source holds back every window after its watermark.
+    let text = hop::pipeline(
+        &broker.addr,
+        &dir.path().join("s1"),
+        "m1",
+        &["live", "quiet"],
+        "",
+        "",
+    );
+    let cfg = write(dir.path(), "stalled", &text);
+    let member = start_member_logged(&cfg, &dir.path().join("stalled.log"));
+    let started = Instant::now();
+    while max_end(&broker.addr) < base + 2_000 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the windows the quiet source covers did not fire"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(stop_member(member).success());
+    let held = max_end(&broker.addr);
+    assert!(
+        held <= base + 3_000,
+        "windows ended up to {} ms past base, beyond the quiet source's watermark",
+        held - base
+    );
+
+    // With an idle timeout of 2 s, the quiet source is set aside once it is caught up and silent
+    // that long, while the live sources go on: their windows fire. (Another idle timeout is
+    // another pipeline definition: a new application id.)
+    let text = hop::pipeline(
+        &broker.addr,
+        &dir.path().join("s2"),
+        "m1",
+        &["live", "quiet"],
+        "idle_timeout = \"2s\"",
+        "",
+    )
+    .replace("application_id = \"hop\"", "application_id = \"hop-idle\"");
+    let cfg = write(dir.path(), "idle", &text);
+    let member = start_member_logged(&cfg, &dir.path().join("idle.log"));
+    let addr = broker.addr.clone();
+    let live = std::thread::spawn(move || {
+        // 12 s more of live input, produced as it happens, so the live sources never go idle.
+        for step in 0..24 {
+            for p in 0..2 {
+                produce_run(&addr, "live", p, base + 30_000 + step * 500, 50);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    let started = Instant::now();
+    while max_end(&broker.addr) < base + 29_000 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "windows up to {} ms past base only; member log:\n{}",
+            max_end(&broker.addr) - base,
+            std::fs::read_to_string(dir.path().join("idle.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    live.join().unwrap();
+    assert!(stop_member(member).success());
+}
+
+#[test]
+fn the_hop_places_keys_where_kafkas_default_partitioner_does() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let broker = Broker::start();
+    broker.create_topic("placed", 7);
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &broker.addr)
+        .set("partitioner", "murmur2")
+        .create()
+        .unwrap();
+    let keys: Vec<String> = (0..200).map(|i| format!("user-{i}")).collect();
+    for k in &keys {
+        producer
+            .send(BaseRecord::<String, str>::to("placed").key(k).payload(""))
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let log = tidemark::kafka::raw_log::read_topic(&broker.addr, "placed").unwrap();
+    assert_eq!(log.committed.len(), keys.len());
+    for r in &log.committed {
+        let key = r.key.as_deref().unwrap();
+        assert_eq!(
+            tidemark::format::hop::partition_for(key, 7),
+            r.partition,
+            "{}",
+            String::from_utf8_lossy(key)
+        );
+    }
+}
+
+#[test]
+fn a_record_key_that_is_not_the_grouping_key_is_dead_lettered() {
+    let broker = Broker::start();
+    hop::create_topics(&broker, &[("clicks", 2)]);
+    let dir = tempfile::tempdir().unwrap();
+    let text = hop::pipeline(
+        &broker.addr,
+        &dir.path().join("state"),
+        "m1",
+        &["clicks"],
+        "idle_timeout = \"1s\"",
+        "repartition = false",
+    );
+    let cfg = write(dir.path(), "pipeline", &text);
+    let s = HopScenario::generate(&[("clicks", 2)], 1_000, Keys::OtherField, false, 14);
+    s.produce(&broker.addr, 500, Duration::ZERO).join().unwrap();
+    let member = start_member_logged(&cfg, &dir.path().join("member.log"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let expected = s.records.len();
+    loop {
+        let got = hop::committed(&broker.addr);
+        let mismatched = got.dead.keys().filter(|d| d.3 == "key_mismatch").count();
+        let malformed = got.dead.keys().filter(|d| d.3 == "malformed").count();
+        if mismatched + malformed == expected {
+            // Nothing was grouped under a key it does not belong to: no pane at all.
+            assert!(got.panes.is_empty(), "{:?}", &got.panes[..1]);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{mismatched} key_mismatch + {malformed} malformed of {expected}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(stop_member(member).success());
+}
+
+#[test]
+fn a_repartition_topic_with_another_partition_count_is_refused() {
+    let broker = Broker::start();
+    hop::create_topics(&broker, &[("clicks", 3)]);
+    broker.create_topic("hop-repartition", 5);
+    let dir = tempfile::tempdir().unwrap();
+    let text = hop::pipeline(
+        &broker.addr,
+        &dir.path().join("state"),
+        "m1",
+        &["clicks"],
+        "",
+        "",
+    );
+    let cfg = write(dir.path(), "pipeline", &text);
+    let out = run_tidemark("run", &cfg, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("has 5 partitions") && err.contains("needs 3"),
+        "{err}"
+    );
+}
