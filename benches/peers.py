@@ -127,6 +127,7 @@ field = "price"
 [kafka]
 bootstrap_servers = "{broker}"
 application_id = "peers-tidemark"
+repartition = false
 input_topic = "bench-in"
 output_topic = "peers-tidemark-out"
 dead_letter_topic = "peers-tidemark-dead"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The demo: installs what it needs, starts a local Kafka-protocol broker (Tansu), produces a live
-# clickstream (with a little disorder, some late and some malformed records), runs `tidemark run`
-# on it, and prints each window result as it commits (`tidemark tail`), while `tidemark
-# sink-postgres` carries the panes into a private PostgreSQL cluster. Then it shows the table
-# (psql), the audit of the output topic and the dead letters. About a minute after the build.
+# clickstream on two topics without Kafka keys (web and app trackers; a little disorder, some late
+# and some malformed records), runs `tidemark run` on both (grouped by the user_id field through
+# the repartition hop), and prints each window result as it commits (`tidemark tail`), while
+# `tidemark sink-postgres` carries the panes into a private PostgreSQL cluster. Then it shows the
+# table (psql), the audit of the output topic and the dead letters. About a minute after the
+# build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -49,20 +51,24 @@ as_pg "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/data/server.log" -w \
 echo "== PostgreSQL on 127.0.0.1:$pgport (tidemark sink-postgres writes the panes there)"
 export TIDEMARK__POSTGRES__URL="host=127.0.0.1 port=$pgport user=postgres dbname=postgres"
 
-"$bin" produce --topic clicks --partitions 3 --events 1 --rate 0 >/dev/null 2>&1
+"$bin" produce --topic web-clicks --partitions 3 --events 1 --rate 0 --no-key >/dev/null 2>&1
+"$bin" produce --topic app-clicks --partitions 2 --events 1 --rate 0 --no-key >/dev/null 2>&1
 TIDEMARK_LOG=warn "$bin" run --config examples/clicks/kafka-demo.toml &
 run_pid=$!
 TIDEMARK_LOG=warn "$bin" sink-postgres --config examples/clicks/kafka-demo.toml &
 sink_pid=$!
-echo "== producing 200 clicks/s for 20 s (2% late, 1% malformed) while tidemark runs"
-"$bin" produce --topic clicks --events 4000 --rate 200 --keys 5 --disorder-ms 1500 \
-  --late-share 0.02 --malformed-share 0.01 &
+echo "== producing 120 + 80 clicks/s without keys on web-clicks and app-clicks for 20 s (2% late, 1% malformed) while tidemark runs"
+"$bin" produce --topic web-clicks --events 2400 --rate 120 --keys 5 --disorder-ms 1500 \
+  --late-share 0.02 --malformed-share 0.01 --no-key &
 producer_pid=$!
+"$bin" produce --topic app-clicks --events 1600 --rate 80 --keys 5 --disorder-ms 1500 \
+  --late-share 0.02 --malformed-share 0.01 --no-key &
+producer2_pid=$!
 
 echo "== window results as they commit (tidemark tail: key, window in local time, timing, pane, values)"
 "$bin" tail --topic clicks-per-5s &
 tail_pid=$!
-wait "$producer_pid"
+wait "$producer_pid" "$producer2_pid"
 sleep 8
 kill "$tail_pid"; wait "$tail_pid" 2>/dev/null || true; tail_pid=""
 echo "== a few of tidemark's metrics (http://127.0.0.1:$metrics_port/metrics)"
