@@ -50,6 +50,14 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in declaration order.
+    pub const ALL: [Reason; 4] = [
+        Reason::Malformed,
+        Reason::FutureTimestamp,
+        Reason::Late,
+        Reason::KeyMismatch,
+    ];
+
     /// The reason as dead letters spell it.
     pub fn as_str(self) -> &'static str {
         match self {

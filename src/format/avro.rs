@@ -149,3 +149,56 @@ impl AvroEncoder {
         self.frame(&self.dead_letter_schema, self.dead_letter_id, value)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::avro::decode_value;
+    use crate::pipeline::Reason;
+
+    /// Every reason the pipeline gives is a symbol of the schema's enum, so no dead letter of an
+    /// Avro pipeline fails to encode.
+    #[test]
+    fn every_reason_encodes_and_reads_back() {
+        let enc = AvroEncoder::new(Framing::Plain, 0, 0).unwrap();
+        for reason in Reason::ALL {
+            let d = DeadLetter {
+                reason: reason.as_str().to_string(),
+                topic: "events".into(),
+                partition: 2,
+                offset: 41,
+                watermark: Some(1_000),
+                late_by_ms: None,
+                detail: "why".into(),
+                epoch: 3,
+            };
+            let bytes = enc.dead_letter(&d, Some(b"k"), Some(b"v")).unwrap();
+            let value = decode_value(&enc.dead_letter_schema, Framing::Plain, &bytes).unwrap();
+            let Value::Record(fields) = value else {
+                panic!("not a record: {value:?}")
+            };
+            assert_eq!(fields[0].0, "reason");
+            match &fields[0].1 {
+                Value::Enum(_, s) => assert_eq!(s, reason.as_str()),
+                other => panic!("reason is {other:?}"),
+            }
+        }
+    }
+
+    /// A reason the schema does not know is an error, not a silently different symbol.
+    #[test]
+    fn unknown_reason_is_an_error() {
+        let enc = AvroEncoder::new(Framing::Plain, 0, 0).unwrap();
+        let d = DeadLetter {
+            reason: "gremlins".into(),
+            topic: "events".into(),
+            partition: 0,
+            offset: 0,
+            watermark: None,
+            late_by_ms: None,
+            detail: String::new(),
+            epoch: 0,
+        };
+        assert!(enc.dead_letter(&d, None, None).is_err());
+    }
+}
