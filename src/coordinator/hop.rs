@@ -186,8 +186,10 @@ impl Core {
                     back.report(&format!("{topic}/{partition}"), report, now)
                         .map_err(fatal)?;
                     let panes = back.take_panes();
-                    // What fired them is the source's last record: latency counts from its append.
-                    self.send_panes(panes, epoch, appended)?;
+                    // What fired them is the source's last record, or its going idle: latency
+                    // counts from the record's append, or from the idle claim.
+                    let fired_at = report.idle_at.unwrap_or(appended);
+                    self.send_panes(panes, epoch, fired_at)?;
                 }
                 (decoded, _) => {
                     // Not written by a first stage of this pipeline: keep it, with its bytes.
