@@ -20,12 +20,13 @@ use std::time::{Duration, Instant};
 
 impl Core {
     /// Whether the open transaction should commit now: it holds work, and the batch is full or
-    /// the commit interval has passed.
-    pub(super) fn due(&self) -> bool {
+    /// (when `look_at_clock`) the commit interval has passed.
+    pub(super) fn due(&self, look_at_clock: bool) -> bool {
         self.dirty
             && (self.batch_records >= self.k.max_batch_records
-                || self.last_commit.elapsed()
-                    >= Duration::from_millis(self.k.commit_interval as u64))
+                || look_at_clock
+                    && self.last_commit.elapsed()
+                        >= Duration::from_millis(self.k.commit_interval as u64))
     }
 
     /// The commit cycle: the only place where offsets, output and state become durable. It is
@@ -326,14 +327,16 @@ fn changelog_record<'a>(
 }
 
 /// After a step of the loop: commits when due, aborts and rewinds after an abortable error, and
-/// says when the loop must stop.
+/// says when the loop must stop. The commit interval is looked at only when `look_at_clock` (the
+/// loop reads the clock every few records, not after each one).
 pub(super) fn settle<C: ConsumerContext>(
     c: &mut Core,
     consumer: &BaseConsumer<C>,
     step: Result<(), CycleError>,
+    look_at_clock: bool,
 ) -> Result<(), RunError> {
     match step {
-        Ok(()) if c.due() => c.commit(consumer),
+        Ok(()) if c.due(look_at_clock) => c.commit(consumer),
         Ok(()) => Ok(()),
         Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
         Err(CycleError::Abortable(m)) => c.abort_and_rewind(consumer, &m),

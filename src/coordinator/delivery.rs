@@ -10,7 +10,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext};
 use rdkafka::ClientContext;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,9 +21,10 @@ pub(super) struct Deliveries {
     pub(super) outstanding: AtomicUsize,
     pub(super) error: Mutex<Option<KafkaError>>,
     /// Last delivered changelog offset per partition.
-    pub(super) changelog: Mutex<HashMap<i32, i64>>,
-    /// `tidemark_records_out_total` handles per topic and partition.
-    pub(super) out: Mutex<HashMap<String, HashMap<i32, Counter>>>,
+    pub(super) changelog: Mutex<FxHashMap<i32, i64>>,
+    /// `tidemark_records_out_total` handles per topic and partition (every delivery looks one up:
+    /// FxHash, not SipHash, which showed in profiles).
+    pub(super) out: Mutex<FxHashMap<String, FxHashMap<i32, Counter>>>,
 }
 
 /// Producer context: counts deliveries; the opaque is 0 for output, `1 + partition` for changelog.
@@ -39,7 +40,7 @@ impl ProducerContext for TxnContext {
             // By topic name first, so a delivery allocates nothing once its counter exists.
             let mut out = self.0.out.lock().expect("lock");
             if !out.contains_key(msg.topic()) {
-                out.insert(msg.topic().to_string(), HashMap::new());
+                out.insert(msg.topic().to_string(), FxHashMap::default());
             }
             out.get_mut(msg.topic())
                 .expect("inserted above")

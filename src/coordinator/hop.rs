@@ -19,7 +19,8 @@ use super::sources;
 use super::{Core, Topology};
 use crate::clock::wall_ms;
 use crate::format::dead_letter::DeadLetter;
-use crate::format::hop::{self, HopRecord, Origin};
+use crate::format::hop::{self, Decoded, Origin};
+use crate::kafka::raw_log::RawRecord;
 use crate::pipeline::{Checked, Reason};
 use crate::record::DecodeError;
 use crate::windowing::spec::Event;
@@ -76,14 +77,17 @@ impl Core {
                     offset,
                     appended,
                 };
-                let mut value = Vec::with_capacity(32 + 8 * ev.values.len());
+                let mut value = std::mem::take(&mut self.hop_value);
+                value.clear();
                 hop::put_event(&mut value, &ev, origin);
                 let partition = hop::partition_for(ev.key.as_bytes(), partitions);
                 let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
                     .partition(partition)
                     .key(ev.key.as_bytes())
                     .payload(value.as_slice());
-                self.send(record)
+                let sent = self.send(record);
+                self.hop_value = value;
+                sent
             }
             Checked::Rejected {
                 reason,
@@ -127,23 +131,29 @@ impl Core {
             }
         };
         let now = wall_ms();
+        // Every event is decoded into the same buffer.
+        let mut ev = std::mem::take(&mut self.hop_event);
+        let result = self.process_repartition(records, &mut ev, now);
+        self.hop_event = ev;
+        result.map(|()| fetched)
+    }
+
+    /// Processes records read from the repartition topic, decoding each event into `ev`.
+    fn process_repartition(
+        &mut self,
+        records: Vec<RawRecord>,
+        ev: &mut Event,
+        now: i64,
+    ) -> Result<(), CycleError> {
         for r in records {
             if !self.parts.contains_key(&r.partition) {
                 continue; // no longer ours
             }
             let decoded = match r.value.as_deref() {
-                Some(v) => hop::decode(r.key.as_deref(), v),
+                Some(v) => hop::decode_into(r.key.as_deref(), v, ev),
                 None => Err(hop::HopError::missing_value()),
             };
-            let source = match &decoded {
-                Ok(HopRecord::Event(_, o) | HopRecord::Watermark(o, _)) => Some((
-                    self.input_topic(o.topic).to_string(),
-                    o.partition,
-                    o.offset,
-                    o.appended,
-                )),
-                Err(_) => None,
-            };
+            let known = |o: &Origin| usize::from(o.topic) < self.k.input_topics.len();
             let part = self.parts.get_mut(&r.partition).expect("checked above");
             part.first_seen.get_or_insert(r.offset);
             part.next_offset = Some(r.offset + 1);
@@ -153,10 +163,10 @@ impl Core {
             let epoch = part.epoch;
             let back = part.step.back_mut();
             let fatal = |e: crate::windowing::engine::EngineError| CycleError::Fatal(e.to_string());
-            match (decoded, source) {
-                (Ok(HopRecord::Event(ev, _)), Some((topic, partition, offset, appended))) => {
+            match decoded {
+                Ok(Decoded::Event(o)) if known(&o) => {
                     back.clock(now).map_err(fatal)?;
-                    let (rejection, behind) = back.process(&ev).map_err(fatal)?;
+                    let (rejection, behind) = back.process(ev).map_err(fatal)?;
                     let panes = back.take_panes();
                     if let Some(b) = behind {
                         self.lateness.record(b as f64 / 1000.0);
@@ -164,15 +174,15 @@ impl Core {
                     if let Some(rej) = rejection {
                         let letter = DeadLetter {
                             reason: rej.reason.as_str().to_string(),
-                            topic,
-                            partition,
-                            offset,
+                            topic: self.input_topic(o.topic).to_string(),
+                            partition: o.partition,
+                            offset: o.offset,
                             watermark: rej.watermark,
                             late_by_ms: rej.late_by_ms,
                             detail: rej.detail,
                             epoch,
                         };
-                        let value = self.event_json(&ev);
+                        let value = self.event_json(ev);
                         self.dead_letter(
                             Some(ev.key.as_bytes()),
                             Some(value.as_bytes()),
@@ -180,18 +190,22 @@ impl Core {
                             Reason::Late.as_str(),
                         )?;
                     }
-                    self.send_panes(panes, epoch, appended)?;
+                    self.send_panes(panes, epoch, o.appended)?;
                 }
-                (Ok(HopRecord::Watermark(_, report)), Some((topic, partition, _, appended))) => {
-                    back.report(&format!("{topic}/{partition}"), report, now)
-                        .map_err(fatal)?;
+                Ok(Decoded::Watermark(o, report)) if known(&o) => {
+                    let source = format!(
+                        "{}/{}",
+                        self.k.input_topics[usize::from(o.topic)],
+                        o.partition
+                    );
+                    back.report(&source, report, now).map_err(fatal)?;
                     let panes = back.take_panes();
                     // What fired them is the source's last record, or its going idle: latency
                     // counts from the record's append, or from the idle claim.
-                    let fired_at = report.idle_at.unwrap_or(appended);
+                    let fired_at = report.idle_at.unwrap_or(o.appended);
                     self.send_panes(panes, epoch, fired_at)?;
                 }
-                (decoded, _) => {
+                decoded => {
                     // Not written by a first stage of this pipeline: keep it, with its bytes.
                     let detail = match decoded {
                         Err(e) => e.to_string(),
@@ -216,7 +230,7 @@ impl Core {
                 }
             }
         }
-        Ok(fetched)
+        Ok(())
     }
 
     /// A decoded event as JSON, the value of a dead letter of the second stage (the original

@@ -131,8 +131,27 @@ impl Reader<'_> {
     }
 }
 
+/// What [`decode_into`] found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Decoded {
+    /// An event record: the event is in the buffer given; this is the input record it came from.
+    Event(Origin),
+    /// A source's watermark report; the origin's offset is 0.
+    Watermark(Origin, SourceWatermark),
+}
+
 /// Decodes a repartition record from its key and value.
 pub fn decode(key: Option<&[u8]>, value: &[u8]) -> Result<HopRecord, HopError> {
+    let mut ev = Event::default();
+    Ok(match decode_into(key, value, &mut ev)? {
+        Decoded::Event(origin) => HopRecord::Event(ev, origin),
+        Decoded::Watermark(origin, report) => HopRecord::Watermark(origin, report),
+    })
+}
+
+/// Decodes a repartition record from its key and value; an event is written into `ev`, reusing
+/// its buffers (the second stage decodes every record into the same one).
+pub fn decode_into(key: Option<&[u8]>, value: &[u8], ev: &mut Event) -> Result<Decoded, HopError> {
     let mut r = Reader(value);
     let version = r.u8()?;
     if version != VERSION {
@@ -148,12 +167,17 @@ pub fn decode(key: Option<&[u8]>, value: &[u8]) -> Result<HopRecord, HopError> {
                 appended: r.i64()?,
             };
             let n = r.u8()?;
-            let values = (0..n).map(|_| r.f64()).collect::<Result<Vec<f64>, _>>()?;
+            ev.values.clear();
+            for _ in 0..n {
+                ev.values.push(r.f64()?);
+            }
             let key = key.ok_or_else(|| HopError("an event without a key".into()))?;
-            let key = std::str::from_utf8(key)
-                .map_err(|_| HopError("the key is not UTF-8".into()))?
-                .to_string();
-            HopRecord::Event(Event { key, ts, values }, origin)
+            let key =
+                std::str::from_utf8(key).map_err(|_| HopError("the key is not UTF-8".into()))?;
+            ev.key.clear();
+            ev.key.push_str(key);
+            ev.ts = ts;
+            Decoded::Event(origin)
         }
         KIND_WATERMARK => {
             let origin = Origin {
@@ -166,7 +190,7 @@ pub fn decode(key: Option<&[u8]>, value: &[u8]) -> Result<HopRecord, HopError> {
             let flags = r.u8()?;
             let last_record_at = if flags & 1 != 0 { Some(r.i64()?) } else { None };
             let idle_at = if flags & 2 != 0 { Some(r.i64()?) } else { None };
-            HopRecord::Watermark(
+            Decoded::Watermark(
                 origin,
                 SourceWatermark {
                     watermark,
@@ -242,6 +266,41 @@ mod tests {
             assert_eq!(murmur2(data.as_bytes()), want, "{data}");
         }
         assert!((0..8).contains(&partition_for(b"user-1", 8)));
+    }
+
+    /// Decoding into one buffer leaves nothing of the previous event behind.
+    #[test]
+    fn decode_into_replaces_the_whole_event() {
+        let origin = Origin {
+            topic: 0,
+            partition: 1,
+            offset: 2,
+            appended: 3,
+        };
+        let mut buf = Event::default();
+        for ev in [
+            Event {
+                key: "a-long-key-first".into(),
+                ts: 10,
+                values: vec![1.0, 2.0, 3.0],
+            },
+            Event {
+                key: "b".into(),
+                ts: 20,
+                values: vec![4.0],
+            },
+            Event {
+                key: String::new(),
+                ts: 30,
+                values: vec![],
+            },
+        ] {
+            let mut v = Vec::new();
+            put_event(&mut v, &ev, origin);
+            let got = decode_into(Some(ev.key.as_bytes()), &v, &mut buf);
+            assert_eq!(got, Ok(Decoded::Event(origin)));
+            assert_eq!(buf, ev);
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub struct EngineSpec {
 }
 
 /// A decoded event: what the windowing core consumes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Event {
     /// The grouping key.
     pub key: String,
