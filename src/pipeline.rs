@@ -158,9 +158,10 @@ impl Front {
         }
     }
 
-    /// Lets processing time reach `now` (an idle source's watermark follows it).
-    pub fn tick(&mut self, now: i64) {
-        self.tracker.on_processing_time(now);
+    /// Lets processing time reach `now`: the source's watermark follows it when the source is
+    /// idle (`caught_up`, and silent for the idle timeout).
+    pub fn tick(&mut self, now: i64, caught_up: bool) {
+        self.tracker.on_processing_time(now, caught_up);
     }
 
     /// Sets the source's watermark by hand (from then on only this moves it).
@@ -367,7 +368,7 @@ impl Step {
     pub fn tick(&mut self, now: i64, caught_up: bool) -> Result<Vec<Pane>, EngineError> {
         self.back.clock(now)?;
         for (name, front) in &mut self.fronts {
-            front.tick(now);
+            front.tick(now, caught_up);
             self.back
                 .engine
                 .report_source(name, front.report(now, caught_up));

@@ -185,8 +185,13 @@ impl Core {
                 fired.push((panes, part.epoch));
             }
         }
-        for src in self.sources.values_mut() {
-            src.front.tick(now);
+        let caught_up: Vec<bool> = self
+            .sources
+            .iter()
+            .map(|(&(t, p), src)| self.is_caught_up(self.input_topic(t), p, src.position()))
+            .collect();
+        for (src, caught_up) in self.sources.values_mut().zip(caught_up) {
+            src.front.tick(now, caught_up);
         }
         // A source whose report changed (it went idle, say) has something to commit.
         if !self.dirty && self.sources_pending() {

@@ -1,9 +1,10 @@
 //! Watermarks: the engine's estimate of event-time completeness.
 //!
 //! The bounded out-of-orderness strategy sets the watermark to the largest event time seen minus
-//! `max_out_of_orderness`. When an input has had no record for `idle_timeout` of processing time,
-//! its watermark follows processing time: it advances one millisecond per millisecond elapsed since
-//! the last record, starting from the watermark at that record. A manual watermark (set by the
+//! `max_out_of_orderness`. When an input is caught up (no record waits to be read) and has had no
+//! record for `idle_timeout` of processing time, its watermark follows processing time: it
+//! advances one millisecond per millisecond elapsed since the last record, starting from the
+//! watermark at that record. A manual watermark (set by the
 //! `$watermark` control line of `simulate`) switches the strategy off. Watermarks never go back.
 //!
 //! A partition of the engine may hear from several **sources** (the input partitions of a
@@ -102,9 +103,12 @@ impl WatermarkTracker {
         self.current
     }
 
-    /// Accounts for processing time reaching `now`; an idle input's watermark follows it.
-    pub fn on_processing_time(&mut self, now: Millis) -> Millis {
-        if self.manual {
+    /// Accounts for processing time reaching `now`; an idle input's watermark follows it. An
+    /// input is idle only when `caught_up` (no record waits to be read): one that is silent
+    /// because its records are slow to arrive, or its reader is busy elsewhere, keeps its
+    /// watermark, or its backlog would be late when it comes.
+    pub fn on_processing_time(&mut self, now: Millis, caught_up: bool) -> Millis {
+        if self.manual || !caught_up {
             return self.current;
         }
         if let (Some(idle), Some(last)) = (self.spec.idle_timeout, self.last_record_at) {
@@ -284,11 +288,28 @@ mod tests {
     fn idle_input_follows_processing_time() {
         let mut w = WatermarkTracker::new(spec(5, Some(1_000)));
         w.on_record(10_000, 0);
-        assert_eq!(w.on_processing_time(999), 9_995);
-        assert_eq!(w.on_processing_time(1_000), 10_995);
-        assert_eq!(w.on_processing_time(3_000), 12_995);
+        assert_eq!(w.on_processing_time(999, true), 9_995);
+        assert_eq!(w.on_processing_time(1_000, true), 10_995);
+        assert_eq!(w.on_processing_time(3_000, true), 12_995);
         // A new record never moves it back.
         assert_eq!(w.on_record(10_001, 3_000), 12_995);
+    }
+
+    /// An input that is silent but not caught up (its records wait to be read) is not idle: its
+    /// watermark stays, and so does its report's.
+    #[test]
+    fn a_silent_input_that_is_not_caught_up_keeps_its_watermark() {
+        let mut w = WatermarkTracker::new(spec(5, Some(1_000)));
+        w.on_record(10_000, 0);
+        assert_eq!(w.on_processing_time(3_000, false), 9_995);
+        let report = w.report(3_000, 0, false);
+        assert_eq!(report.watermark, 9_995);
+        assert_eq!(report.idle_at, None);
+        let mut v = Valve::new(Some(1_000));
+        v.update("s", report);
+        assert_eq!(v.current(3_000), Some(9_995));
+        // Caught up, it follows processing time from its last record.
+        assert_eq!(w.on_processing_time(3_000, true), 12_995);
     }
 
     /// A valve over one source gives exactly the single-input watermark, idle following included.
@@ -304,7 +325,7 @@ mod tests {
                     w.on_record(ts, now);
                 }
                 None => {
-                    w.on_processing_time(now);
+                    w.on_processing_time(now, true);
                 }
             }
             v.update("s", w.report(now, 0, true));
@@ -373,7 +394,7 @@ mod tests {
         let mut w = WatermarkTracker::new(spec(0, Some(10)));
         w.set_manual(50);
         assert_eq!(w.on_record(1_000, 0), 50);
-        assert_eq!(w.on_processing_time(1_000), 50);
+        assert_eq!(w.on_processing_time(1_000, true), 50);
         assert_eq!(w.set_manual(40), 50);
         assert_eq!(w.set_manual(60), 60);
     }
