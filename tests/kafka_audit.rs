@@ -87,3 +87,131 @@ fn audit_resolves_transactions_from_the_raw_log() {
     assert_eq!(report.gaps, vec![("w5".to_string(), 0)]);
     assert_eq!(report.not_panes, 0);
 }
+
+/// The peek that tells an input partition caught up: data after an offset is found, the commit
+/// marker after the last record is not data, an open transaction's records are (they may
+/// commit), and an empty partition has none.
+#[test]
+fn peeker_tells_data_from_markers() {
+    use tidemark::kafka::raw_log::Peeker;
+    let broker = common::Broker::start();
+    broker.create_topic("peeked", 3);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker.addr)
+        .set("transactional.id", "peek-test")
+        .create()
+        .unwrap();
+    let t = Duration::from_secs(10);
+    producer.init_transactions(t).unwrap();
+    // Partition 0: records 0..5 committed (the marker takes offset 5).
+    producer.begin_transaction().unwrap();
+    for i in 0..5 {
+        producer
+            .send(
+                BaseRecord::to("peeked")
+                    .key("k")
+                    .payload(&format!("{i}"))
+                    .partition(0),
+            )
+            .unwrap();
+    }
+    producer.flush(t).unwrap();
+    producer.commit_transaction(t).unwrap();
+    // Partition 1: one record of a transaction still open.
+    producer.begin_transaction().unwrap();
+    producer
+        .send(
+            BaseRecord::to("peeked")
+                .key("k")
+                .payload("open")
+                .partition(1),
+        )
+        .unwrap();
+    producer.flush(t).unwrap();
+    let mut peeker = Peeker::connect(&broker.addr).unwrap();
+    let mut ask = |p: i32, offset: i64| peeker.data_after("peeked", &[(p, offset)]).unwrap()[&p];
+    assert!(ask(0, 0), "records from offset 0");
+    assert!(ask(0, 4), "the last record");
+    assert!(!ask(0, 5), "only the commit marker after the last record");
+    assert!(!ask(0, 6), "the end of the log");
+    assert!(
+        ask(1, 0),
+        "a record of an open transaction may still commit"
+    );
+    assert!(!ask(2, 0), "an empty partition");
+    let all = peeker
+        .data_after("peeked", &[(0, 5), (1, 0), (2, 0)])
+        .unwrap();
+    assert_eq!(
+        all.into_iter().collect::<Vec<_>>(),
+        [(0, false), (1, true), (2, false)]
+    );
+    producer.abort_transaction(t).unwrap();
+}
+
+/// The second stage's follower holds committed records back behind a transaction with no marker
+/// yet, and gives that transaction up as aborted once it is older than the transaction timeout
+/// (its producer is gone for good, as far as the reader can tell): the records after it come
+/// out, the open transaction's never do.
+#[test]
+fn tailer_gives_up_a_transaction_older_than_the_timeout() {
+    use tidemark::kafka::raw_log::Tailer;
+    let broker = common::Broker::start();
+    broker.create_topic("tailed", 1);
+    let t = Duration::from_secs(10);
+    let transactional = |id: &str| -> BaseProducer {
+        let p: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &broker.addr)
+            .set("transactional.id", id)
+            .create()
+            .unwrap();
+        p.init_transactions(t).unwrap();
+        p
+    };
+    let stuck = transactional("tail-stuck");
+    stuck.begin_transaction().unwrap();
+    stuck
+        .send(
+            BaseRecord::to("tailed")
+                .key("k")
+                .payload("stuck")
+                .partition(0),
+        )
+        .unwrap();
+    stuck.flush(t).unwrap();
+    let other = transactional("tail-other");
+    other.begin_transaction().unwrap();
+    other
+        .send(
+            BaseRecord::to("tailed")
+                .key("k")
+                .payload("after")
+                .partition(0),
+        )
+        .unwrap();
+    other.flush(t).unwrap();
+    other.commit_transaction(t).unwrap();
+
+    let timeout_ms = 3_000;
+    let mut tailer = Tailer::connect(&broker.addr, "tailed", timeout_ms).unwrap();
+    tailer.follow(0, 0);
+    let started = std::time::Instant::now();
+    let mut seen: Vec<(String, Duration)> = Vec::new();
+    while started.elapsed() < Duration::from_secs(15) && seen.is_empty() {
+        tailer
+            .poll(10, |r| {
+                let v = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string();
+                seen.push((v, started.elapsed()));
+            })
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let values: Vec<&str> = seen.iter().map(|(v, _)| v.as_str()).collect();
+    assert_eq!(values, ["after"], "only the committed record comes out");
+    assert!(
+        seen[0].1 >= Duration::from_millis(1_000),
+        "held back behind the open transaction at first (out after {:?})",
+        seen[0].1
+    );
+    stuck.abort_transaction(t).unwrap();
+}

@@ -335,7 +335,8 @@ pub fn run(
             last_tail = Instant::now();
             let mut c = core.lock().expect("lock");
             let read = c.read_repartition();
-            tail_busy = matches!(read, Ok(n) if n > 0);
+            let behind = c.tailer.as_ref().is_some_and(Tailer::is_behind);
+            tail_busy = behind || matches!(read, Ok(n) if n > 0);
             if let Err(e) = settle(&mut c, &consumer, read.map(|_| ()), true) {
                 result = Err(e);
                 break 'run;

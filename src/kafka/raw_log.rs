@@ -751,7 +751,16 @@ pub struct Tailer {
     /// Rotates the order of partitions in requests: some brokers fill a response from its first
     /// partition on, which would starve the others while it has a backlog.
     turn: usize,
+    /// Whether the last poll left a partition short of its high watermark.
+    behind: bool,
 }
+
+/// How long a fetch may wait when the last one left a partition behind. The test broker answers
+/// a fetch whose read takes longer than its wait with nothing at all, and reads of a backlog take
+/// longest: with a one-millisecond wait the second stage could starve for seconds behind a
+/// backlog. The wait costs nothing while data is there (the broker answers as soon as it has
+/// some).
+const BEHIND_WAIT_MS: i32 = 50;
 
 /// One followed partition.
 struct TailPart {
@@ -790,6 +799,7 @@ impl Tailer {
             parts: BTreeMap::new(),
             transaction_timeout,
             turn: 0,
+            behind: false,
         })
     }
 
@@ -813,6 +823,12 @@ impl Tailer {
     /// Whether any partition is followed.
     pub fn is_idle(&self) -> bool {
         self.parts.is_empty()
+    }
+
+    /// Whether the last poll left a partition short of its high watermark: there is more to
+    /// read at once.
+    pub fn is_behind(&self) -> bool {
+        self.behind
     }
 
     /// Fetches every followed partition once, waiting at most `max_wait_ms` for data, and hands
@@ -841,6 +857,12 @@ impl Tailer {
                 .push((p, part.fetch_offset));
         }
         self.turn = self.turn.wrapping_add(1);
+        let max_wait_ms = if self.behind {
+            max_wait_ms.max(BEHIND_WAIT_MS)
+        } else {
+            max_wait_ms
+        };
+        self.behind = false;
         let mut fetched = 0;
         let ok = |_: ()| Ok::<(), std::convert::Infallible>(());
         for (addr, mut wanted) in by_leader {
@@ -901,25 +923,26 @@ impl Tailer {
                             what: format!("fetch {}/{p}@{}", self.topic, part.fetch_offset),
                         });
                     }
-                    let Some(mut bytes) = fp.records else {
-                        continue;
-                    };
-                    while bytes.has_remaining() {
-                        let set = RecordBatchDecoder::decode(&mut bytes)
-                            .map_err(|e| RawLogError::Protocol(format!("record batch: {e}")))?;
-                        for r in set.records {
-                            if r.offset >= part.fetch_offset {
-                                part.fetch_offset = r.offset + 1;
-                                fetched += 1;
-                                part.resolver
-                                    .push(r, &mut |rec| {
-                                        emit(rec);
-                                        ok(())
-                                    })
-                                    .expect("infallible");
+                    if let Some(mut bytes) = fp.records {
+                        while bytes.has_remaining() {
+                            let set = RecordBatchDecoder::decode(&mut bytes)
+                                .map_err(|e| RawLogError::Protocol(format!("record batch: {e}")))?;
+                            for r in set.records {
+                                if r.offset >= part.fetch_offset {
+                                    part.fetch_offset = r.offset + 1;
+                                    fetched += 1;
+                                    part.resolver
+                                        .push(r, &mut |rec| {
+                                            emit(rec);
+                                            ok(())
+                                        })
+                                        .expect("infallible");
+                                }
                             }
                         }
                     }
+                    part.at_end = part.fetch_offset >= fp.high_watermark;
+                    self.behind |= !part.at_end;
                 }
             }
         }
@@ -981,7 +1004,9 @@ impl Peeker {
     }
 
     /// For each (partition, offset) of `topic`: whether a data record lies at or after the
-    /// offset. An offset before the log's start counts as having data unless the log is empty.
+    /// offset. An offset before the log's start counts as having data unless the log is empty;
+    /// so does any offset below the high watermark that the broker's answer did not show (an
+    /// empty answer is "don't know", never "caught up").
     pub fn data_after(
         &mut self,
         topic: &str,
@@ -1044,19 +1069,24 @@ impl Peeker {
                     let data = match fp.error_code {
                         0 => {
                             let mut data = false;
+                            // Offsets up to here were seen (as control records).
+                            let mut seen = offset;
                             if let Some(mut bytes) = fp.records {
                                 while bytes.has_remaining() && !data {
                                     let set =
                                         RecordBatchDecoder::decode(&mut bytes).map_err(|e| {
                                             RawLogError::Protocol(format!("record batch: {e}"))
                                         })?;
-                                    data = set
-                                        .records
-                                        .iter()
-                                        .any(|r| !r.control && r.offset >= offset);
+                                    for r in &set.records {
+                                        data |= !r.control && r.offset >= offset;
+                                        seen = seen.max(r.offset + 1);
+                                    }
                                 }
                             }
-                            data
+                            // A broker may answer before it has read the log (the test broker
+                            // does, under load): offsets below the high watermark that the answer
+                            // did not show may hold data, so they count as data.
+                            data || seen < fp.high_watermark
                         }
                         // Before the log's start: data unless the log is empty.
                         OFFSET_OUT_OF_RANGE => fp.log_start_offset < fp.high_watermark,
