@@ -20,7 +20,10 @@ Run it with scripts/bench-kafka.sh (which builds the binary and installs the bro
    record), and the member's peak RSS (VmHWM);
 6. live latency: while members (a) and then (c) keep running, produces LIVE_EVENTS at LIVE_RATE
    events/s and reads the pane latency histogram (append of the input record that fired a pane ->
-   commit of the pane's transaction) over that phase only.
+   commit of the pane's transaction) over that phase only;
+7. (d) the hop again over EVENTS null-keyed events on WIDE_PARTITIONS (64) input partitions and as
+   many repartition partitions: what the watermark records cost (every input partition reports to
+   every repartition partition when its watermark moves).
 
 Prints a table. Nothing here is a pass/fail test: the figures go into the README. Its `dead`
 column counts dead letters over the whole run of a member: the input is well-formed and in order,
@@ -46,6 +49,7 @@ KEYS = int(os.environ.get("BENCH_KEYS", "10000"))
 PARTITIONS = int(os.environ.get("BENCH_PARTITIONS", "3"))
 LIVE_EVENTS = int(os.environ.get("BENCH_LIVE_EVENTS", "200000"))
 LIVE_RATE = int(os.environ.get("BENCH_LIVE_RATE", "20000"))
+WIDE_PARTITIONS = int(os.environ.get("BENCH_WIDE_PARTITIONS", "64"))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # Extra `[kafka.properties]` lines for experiments, e.g. '"fetch.wait.max.ms" = "20"'.
 EXTRA_PROPS = os.environ.get("BENCH_PROPERTIES", "")
@@ -204,7 +208,10 @@ def measure(proc, port, broker_pid, target, label, topic="bench-in", last_stage=
         if m is not None:
             n = total(m, "tidemark_records_in_total", topic)
             samples.append((time.time(), n, cpu_seconds(proc.pid), cpu_seconds(broker_pid)))
-            done = last_stage is None or total(m, "tidemark_records_in_total", last_stage) >= target
+            # The second stage also reads the hop's watermark records: count events only.
+            events = (total(m, "tidemark_records_in_total", last_stage)
+                      - m.get("tidemark_hop_watermark_records_total", 0)) if last_stage else 0
+            done = last_stage is None or events >= target
             if n >= target and done:
                 break
         time.sleep(0.1)
@@ -288,6 +295,19 @@ def main():
             time.sleep(2.5)  # the idle watermark fires the last windows
             live[key] = (before, scrape(mport))
             stop(proc)
+
+        # (d) The hop with 64 input and 64 repartition partitions: every input partition is a
+        # watermark source of every repartition partition, up to 4,096 watermark records a cycle.
+        subprocess.run([BIN, "produce", "--bootstrap-servers", broker, "--topic", "bench-wide",
+                        "--partitions", str(WIDE_PARTITIONS), "--events", str(EVENTS), "--rate", "0",
+                        "--keys", str(KEYS), "--disorder-ms", "0", "--no-key"],
+                       check=True, stdout=subprocess.DEVNULL)
+        proc, mport = start_member(workdir, broker, tansu.pid, "bench-wide", False, "bench-wide", True)
+        members.append(proc)
+        results.append(measure(proc, mport, tansu.pid, EVENTS,
+                               f"(d) the hop, {WIDE_PARTITIONS} x {WIDE_PARTITIONS} partitions",
+                               "bench-wide", "bench-wide-repartition"))
+        stop(proc)
     finally:
         for p in members:
             if p.poll() is None:
@@ -310,10 +330,16 @@ def main():
         print(f"{r['label']:34} {r['records']:>9.0f} {r['seconds']:>8.2f} {r['rate']:>10.0f} "
               f"{r['cpu_member'] * 100:>10.0f}% {cpu_us(r):>10.2f} {r['cpu_broker'] * 100:>10.0f}% {r['rss_mb']:>6.0f} MB {txns:>6.0f} {commit_ms:>10.1f} "
               f"{dead_letters(m):>5.0f}")
-    b, a, c = results
+    b, a, c, d = results
     print(f"\n(a)/(b) throughput: {a['rate'] / b['rate'] * 100:.0f}% (target >= 60%)")
     print(f"(c)/(b) throughput: {c['rate'] / b['rate'] * 100:.0f}%; (c) CPU per input record, both stages: "
           f"{cpu_us(c):.2f} us (target <= 3.0)")
+    dm = d["metrics"]
+    d_txns = dm.get('tidemark_transactions_total{outcome="committed"}', 0)
+    d_marks = dm.get("tidemark_hop_watermark_records_total", 0)
+    print(f"(d)/(c) throughput: {d['rate'] / c['rate'] * 100:.0f}%; (d) CPU per input record: {cpu_us(d):.2f} us; "
+          f"{d_marks:.0f} watermark records read by the second stage in {d_txns:.0f} transactions "
+          f"({d_marks / max(d_txns, 1):.0f} per transaction, {d_marks / max(d['records'], 1) * 100:.1f}% of the events)")
     targets = {"a": 350, "c": 350}
     for key, lat in latency.items():
         panes = lat[-1][1]
@@ -333,6 +359,9 @@ def main():
         "passthrough_cpu_us_per_record": round(cpu_us(b), 2),
         "tidemark_cpu_us_per_record": round(cpu_us(a), 2),
         "hop_cpu_us_per_record": round(cpu_us(c), 2),
+        "wide_rps": round(d["rate"]),
+        "wide_cpu_us_per_record": round(cpu_us(d), 2),
+        "wide_watermark_records": round(d_marks),
     }
     print(json.dumps(summary))
 

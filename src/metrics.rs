@@ -58,8 +58,12 @@ pub const GROUP_OFFSET_MISMATCHES: &str = "tidemark_group_offset_mismatches_tota
 pub const REBALANCES: &str = "tidemark_rebalances_total";
 /// Input partitions currently assigned to this member.
 pub const ASSIGNED_PARTITIONS: &str = "tidemark_assigned_partitions";
-/// Records between the consumer's position and the partition's end; label `partition`.
+/// Records between the consumer's position and the partition's end; labels `topic`, `partition`.
 pub const CONSUMER_LAG: &str = "tidemark_consumer_lag_records";
+/// Watermark records of the repartition hop applied by the second stage (committed): what
+/// carrying watermarks through the log costs. They are also in `tidemark_records_in_total` of the
+/// repartition topic.
+pub const HOP_WATERMARK_RECORDS: &str = "tidemark_hop_watermark_records_total";
 /// PostgreSQL sink: pane rows written; label `outcome` (`upserted`, `superseded` = skipped because
 /// the table holds a higher `(epoch, pane_index)`, `deleted` by a RETRACT).
 pub const SINK_ROWS: &str = "tidemark_sink_rows_total";
@@ -95,6 +99,7 @@ pub const ALL: &[&str] = &[
     REBALANCES,
     ASSIGNED_PARTITIONS,
     CONSUMER_LAG,
+    HOP_WATERMARK_RECORDS,
     SINK_ROWS,
     SINK_DEAD_LETTERS,
     SINK_BATCH_DURATION,
@@ -126,6 +131,10 @@ pub fn describe() {
     describe_counter!(RECORDS_OUT, "Records delivered per topic and partition.");
     describe_counter!(PANES, "Committed panes by timing.");
     describe_counter!(DEAD_LETTERS, "Committed dead letters by reason.");
+    describe_counter!(
+        HOP_WATERMARK_RECORDS,
+        "Watermark records of the repartition hop applied by the second stage."
+    );
     describe_gauge!(WATERMARK, Unit::Seconds, "Watermark per input partition.");
     describe_gauge!(
         WATERMARK_LAG,

@@ -193,6 +193,7 @@ impl Core {
                     self.send_panes(panes, epoch, o.appended)?;
                 }
                 Ok(Decoded::Watermark(o, report)) if known(&o) => {
+                    self.batch.hop_watermarks += 1;
                     let source = format!(
                         "{}/{}",
                         self.k.input_topics[usize::from(o.topic)],

@@ -47,6 +47,8 @@ pub(super) struct BatchOutcome {
     pub(super) dead_letters: Vec<&'static str>,
     /// Per pane, the append time (epoch ms) of the record or tick that fired it.
     pub(super) fired_at: Vec<i64>,
+    /// Watermark records of the hop applied by the second stage.
+    pub(super) hop_watermarks: u64,
 }
 
 impl Core {
@@ -61,6 +63,9 @@ impl Core {
             if *n > 0 {
                 counter!(m::PANES, "timing" => Timing::ALL[t].as_str()).increment(*n);
             }
+        }
+        if batch.hop_watermarks > 0 {
+            counter!(m::HOP_WATERMARK_RECORDS).increment(batch.hop_watermarks);
         }
         for reason in batch.dead_letters {
             counter!(m::DEAD_LETTERS, "reason" => reason).increment(1);
