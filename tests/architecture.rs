@@ -219,7 +219,7 @@ fn simulate_and_run_share_one_record_step() {
         "the first stage does not use Front::check"
     );
     assert!(
-        hop.contains("back.process(&"),
+        hop.contains("back.process("),
         "the second stage does not use Back::process"
     );
     assert!(

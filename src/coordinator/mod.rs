@@ -80,7 +80,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use telemetry::BatchOutcome;
+use telemetry::{BatchOutcome, Counters};
 
 mod cycle;
 mod delivery;
@@ -118,19 +118,6 @@ enum Topology {
     },
     /// `--passthrough`: input records are copied to the output topic.
     Passthrough,
-}
-
-/// What a member did since it started, for its last log line.
-#[derive(Debug, Default, Clone, Copy)]
-struct Counters {
-    /// Transactions committed.
-    committed: u64,
-    /// Transactions aborted.
-    aborted: u64,
-    /// Panes produced (into transactions that committed or not).
-    panes: u64,
-    /// Dead letters produced (likewise).
-    dead_letters: u64,
 }
 
 /// Everything the loop and the rebalance callbacks share.
@@ -182,24 +169,6 @@ pub struct Core {
     last_purge: Instant,
     /// What this member did, for its last log line.
     counters: Counters,
-}
-
-impl Core {
-    /// The input topic of index `i` (the hop names source topics by index).
-    fn input_topic(&self, i: u16) -> &str {
-        &self.k.input_topics[usize::from(i)]
-    }
-
-    /// Whether input partition `p` of `topic`, at `position`, has been read to its end: a look at
-    /// its raw log from that very position, less than a second ago, found no data record after it
-    /// (unknown: no).
-    fn is_caught_up(&self, topic: &str, p: i32, position: i64) -> bool {
-        self.caught_up
-            .get(&(topic.to_string(), p))
-            .is_some_and(|(c, at, checked)| {
-                *c && *at == position && checked.elapsed() < Duration::from_secs(1)
-            })
-    }
 }
 
 /// How often the second stage reads the repartition topic while it finds nothing.

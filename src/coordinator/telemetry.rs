@@ -106,3 +106,16 @@ impl Core {
         self.last_state_gauges = Some(Instant::now());
     }
 }
+
+/// What a member did since it started, for its last log line.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Counters {
+    /// Transactions committed.
+    pub(super) committed: u64,
+    /// Transactions aborted.
+    pub(super) aborted: u64,
+    /// Panes produced (into transactions that committed or not).
+    pub(super) panes: u64,
+    /// Dead letters produced (likewise).
+    pub(super) dead_letters: u64,
+}
