@@ -131,18 +131,22 @@ impl Core {
             }
         };
         let now = wall_ms();
-        // Every event is decoded into the same buffer.
+        // Every event is decoded into the same buffer, every watermark record's reports likewise.
         let mut ev = std::mem::take(&mut self.hop_event);
-        let result = self.process_repartition(records, &mut ev, now);
+        let mut reports = std::mem::take(&mut self.hop_reports);
+        let result = self.process_repartition(records, &mut ev, &mut reports, now);
         self.hop_event = ev;
+        self.hop_reports = reports;
         result.map(|()| fetched)
     }
 
-    /// Processes records read from the repartition topic, decoding each event into `ev`.
+    /// Processes records read from the repartition topic, decoding each event into `ev` and each
+    /// watermark record's reports into `reports`.
     fn process_repartition(
         &mut self,
         records: Vec<RawRecord>,
         ev: &mut Event,
+        reports: &mut Vec<(Origin, SourceWatermark)>,
         now: i64,
     ) -> Result<(), CycleError> {
         for r in records {
@@ -150,7 +154,7 @@ impl Core {
                 continue; // no longer ours
             }
             let decoded = match r.value.as_deref() {
-                Some(v) => hop::decode_into(r.key.as_deref(), v, ev),
+                Some(v) => hop::decode_into(r.key.as_deref(), v, ev, reports),
                 None => Err(hop::HopError::missing_value()),
             };
             let known = |o: &Origin| usize::from(o.topic) < self.k.input_topics.len();
@@ -192,19 +196,27 @@ impl Core {
                     }
                     self.send_panes(panes, epoch, o.appended)?;
                 }
-                Ok(Decoded::Watermark(o, report)) if known(&o) => {
+                Ok(Decoded::Watermarks) if reports.iter().all(|(o, _)| known(o)) => {
                     self.batch.hop_watermarks += 1;
-                    let source = format!(
-                        "{}/{}",
-                        self.k.input_topics[usize::from(o.topic)],
-                        o.partition
-                    );
-                    back.report(&source, report, now).map_err(fatal)?;
-                    let panes = back.take_panes();
-                    // What fired them is the source's last record, or its going idle: latency
-                    // counts from the record's append, or from the idle claim.
-                    let fired_at = report.idle_at.unwrap_or(o.appended);
-                    self.send_panes(panes, epoch, fired_at)?;
+                    for (o, report) in reports.iter() {
+                        let source = format!(
+                            "{}/{}",
+                            self.k.input_topics[usize::from(o.topic)],
+                            o.partition
+                        );
+                        let back = self
+                            .parts
+                            .get_mut(&r.partition)
+                            .expect("checked above")
+                            .step
+                            .back_mut();
+                        back.report(&source, *report, now).map_err(fatal)?;
+                        let panes = back.take_panes();
+                        // What fired them is the source's last record, or its going idle:
+                        // latency counts from the record's append, or from the idle claim.
+                        let fired_at = report.idle_at.unwrap_or(o.appended);
+                        self.send_panes(panes, epoch, fired_at)?;
+                    }
                 }
                 decoded => {
                     // Not written by a first stage of this pipeline: keep it, with its bytes.
@@ -259,13 +271,15 @@ impl Core {
             _ => None,
         };
         let keys: Vec<(u16, i32)> = self.sources.keys().copied().collect();
+        // The reports that changed, written together to every repartition partition below.
+        let mut reports = Vec::new();
         for key in keys {
             let (topic_index, p) = key;
             let topic = self.input_topic(topic_index).to_string();
             let caught_up = self.is_caught_up(&topic, p, self.sources[&key].position());
             let refresh = self.idle_refresh();
             let src = self.sources.get_mut(&key).expect("listed");
-            if let Some(partitions) = partitions {
+            if partitions.is_some() {
                 let report = src.front.report(now, caught_up);
                 if needs_writing(src.written, report, now, refresh) {
                     let was_idle = src.written.is_some_and(|(w, _)| w.idle_at.is_some());
@@ -284,20 +298,13 @@ impl Core {
                         );
                     }
                     src.pending = Some((report, now));
-                    let mut value = Vec::with_capacity(48);
                     let origin = Origin {
                         topic: topic_index,
                         partition: p,
                         offset: 0,
                         appended: src.last_appended,
                     };
-                    hop::put_watermark(&mut value, origin, &report);
-                    for r in 0..partitions {
-                        let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
-                            .partition(r)
-                            .payload(value.as_slice());
-                        self.send(record)?;
-                    }
+                    reports.push((origin, report));
                 }
             }
             let src = &self.sources[&key];
@@ -322,6 +329,20 @@ impl Core {
                 .payload(stamp.as_bytes())
                 .headers(headers);
             self.send(record)?;
+        }
+        // One watermark record per repartition partition holds every report that changed: with
+        // S sources and P partitions, P records a cycle instead of S x P (64 x 64: 4,096).
+        if let Some(partitions) = partitions {
+            for chunk in reports.chunks(hop::MAX_REPORTS) {
+                let mut value = Vec::new();
+                hop::put_watermarks(&mut value, chunk);
+                for r in 0..partitions {
+                    let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
+                        .partition(r)
+                        .payload(value.as_slice());
+                    self.send(record)?;
+                }
+            }
         }
         Ok(())
     }

@@ -141,6 +141,11 @@ pub struct Core {
     tailer: Option<Tailer>,
     /// The second stage decodes every event into this one buffer.
     hop_event: Event,
+    /// The second stage decodes every watermark record's reports into this one buffer.
+    hop_reports: Vec<(
+        crate::format::hop::Origin,
+        crate::windowing::watermark::SourceWatermark,
+    )>,
     /// The first stage encodes every event record's value into this one buffer.
     hop_value: Vec<u8>,
     /// Per input partition, whether the raw log showed no data record after its position, the
@@ -257,6 +262,7 @@ pub fn run(
         source_names: layout.source_names,
         tailer,
         hop_event: Event::default(),
+        hop_reports: Vec::new(),
         hop_value: Vec::new(),
         caught_up: HashMap::new(),
         peeker: None,

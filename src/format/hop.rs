@@ -13,14 +13,17 @@
 //! (`appended`: when the input record was appended to its topic, epoch ms, for the pane latency
 //! metric.)
 //!
-//! **Watermark records** carry one source's watermark report
-//! ([`crate::windowing::watermark::SourceWatermark`]); the first stage writes one to every
-//! repartition partition, after the data it covers, whenever a source's report changes. They have
-//! no key; their value:
+//! **Watermark records** carry watermark reports of sources
+//! ([`crate::windowing::watermark::SourceWatermark`]): at each commit, a first stage writes one
+//! record to every repartition partition, after the data it covers, holding the reports of all
+//! its sources whose report changed. With S sources and P repartition partitions that is P
+//! records a cycle per member, not S × P. They have no key; their value:
 //!
-//! `1 | kind 1 | source topic index u16 | source partition i32 | appended i64 | watermark i64 |
-//! flags u8 | [last record time i64] [idle claim time i64]` (flag bit 0: last record time
-//! present; bit 1: idle claim present; `appended`: when the source's last record was appended).
+//! `1 | kind 2 | n u16 | n reports`, each report
+//! `source topic index u16 | source partition i32 | appended i64 | watermark i64 | flags u8 |
+//! [last record time i64] [idle claim time i64]` (flag bit 0: last record time present; bit 1:
+//! idle claim present; `appended`: when the source's last record was appended). Kind 1, one report
+//! without the count, was written before the reports were batched, and is still read.
 //!
 //! A source topic is named by its index in the pipeline's sorted list of input topics, which is
 //! part of the pipeline fingerprint, so both stages always agree on it.
@@ -31,7 +34,10 @@ use crate::windowing::watermark::SourceWatermark;
 /// The format version written first in every value.
 const VERSION: u8 = 1;
 const KIND_EVENT: u8 = 0;
+/// One source's report (the first format, still read).
 const KIND_WATERMARK: u8 = 1;
+/// The reports of several sources.
+const KIND_WATERMARKS: u8 = 2;
 
 /// Where a record came from: an input topic (by index), partition and offset, and when it was
 /// appended there.
@@ -53,8 +59,8 @@ pub struct Origin {
 pub enum HopRecord {
     /// An event and the input record it came from.
     Event(Event, Origin),
-    /// A source's watermark report; the origin's offset is 0.
-    Watermark(Origin, SourceWatermark),
+    /// Sources' watermark reports, in the order written; the origins' offsets are 0.
+    Watermarks(Vec<(Origin, SourceWatermark)>),
 }
 
 /// Why a repartition record does not decode (it was not written by the first stage).
@@ -85,10 +91,27 @@ pub fn put_event(out: &mut Vec<u8>, ev: &Event, origin: Origin) {
     }
 }
 
-/// Appends a watermark record's value (the origin's offset is not written).
-pub fn put_watermark(out: &mut Vec<u8>, origin: Origin, report: &SourceWatermark) {
+/// The most reports one watermark record holds.
+pub const MAX_REPORTS: usize = u16::MAX as usize;
+
+/// Appends a watermark record's value: the reports (at most [`MAX_REPORTS`]), in this order (the
+/// origins' offsets are not written).
+pub fn put_watermarks(out: &mut Vec<u8>, reports: &[(Origin, SourceWatermark)]) {
+    assert!(
+        reports.len() <= MAX_REPORTS,
+        "too many reports for one record"
+    );
+    out.reserve(4 + 39 * reports.len());
     out.push(VERSION);
-    out.push(KIND_WATERMARK);
+    out.push(KIND_WATERMARKS);
+    out.extend_from_slice(&(reports.len() as u16).to_le_bytes());
+    for (origin, report) in reports {
+        put_report(out, *origin, report);
+    }
+}
+
+/// Appends one report: source, append time, watermark, flags and the optional times.
+fn put_report(out: &mut Vec<u8>, origin: Origin, report: &SourceWatermark) {
     out.extend_from_slice(&origin.topic.to_le_bytes());
     out.extend_from_slice(&origin.partition.to_le_bytes());
     out.extend_from_slice(&origin.appended.to_le_bytes());
@@ -129,6 +152,35 @@ impl Reader<'_> {
     fn f64(&mut self) -> Result<f64, HopError> {
         Ok(f64::from_le_bytes(self.take()?))
     }
+    /// One watermark report, as [`put_report`] wrote it.
+    fn report(&mut self) -> Result<(Origin, SourceWatermark), HopError> {
+        let origin = Origin {
+            topic: self.u16()?,
+            partition: self.i32()?,
+            offset: 0,
+            appended: self.i64()?,
+        };
+        let watermark = self.i64()?;
+        let flags = self.u8()?;
+        let last_record_at = if flags & 1 != 0 {
+            Some(self.i64()?)
+        } else {
+            None
+        };
+        let idle_at = if flags & 2 != 0 {
+            Some(self.i64()?)
+        } else {
+            None
+        };
+        Ok((
+            origin,
+            SourceWatermark {
+                watermark,
+                last_record_at,
+                idle_at,
+            },
+        ))
+    }
 }
 
 /// What [`decode_into`] found.
@@ -136,22 +188,29 @@ impl Reader<'_> {
 pub enum Decoded {
     /// An event record: the event is in the buffer given; this is the input record it came from.
     Event(Origin),
-    /// A source's watermark report; the origin's offset is 0.
-    Watermark(Origin, SourceWatermark),
+    /// Watermark reports: they are in the buffer given, in the order written.
+    Watermarks,
 }
 
 /// Decodes a repartition record from its key and value.
 pub fn decode(key: Option<&[u8]>, value: &[u8]) -> Result<HopRecord, HopError> {
     let mut ev = Event::default();
-    Ok(match decode_into(key, value, &mut ev)? {
+    let mut reports = Vec::new();
+    Ok(match decode_into(key, value, &mut ev, &mut reports)? {
         Decoded::Event(origin) => HopRecord::Event(ev, origin),
-        Decoded::Watermark(origin, report) => HopRecord::Watermark(origin, report),
+        Decoded::Watermarks => HopRecord::Watermarks(reports),
     })
 }
 
-/// Decodes a repartition record from its key and value; an event is written into `ev`, reusing
-/// its buffers (the second stage decodes every record into the same one).
-pub fn decode_into(key: Option<&[u8]>, value: &[u8], ev: &mut Event) -> Result<Decoded, HopError> {
+/// Decodes a repartition record from its key and value; an event is written into `ev`, watermark
+/// reports into `reports` (replacing what it held), reusing their buffers (the second stage
+/// decodes every record into the same ones). After an error their contents are unspecified.
+pub fn decode_into(
+    key: Option<&[u8]>,
+    value: &[u8],
+    ev: &mut Event,
+    reports: &mut Vec<(Origin, SourceWatermark)>,
+) -> Result<Decoded, HopError> {
     let mut r = Reader(value);
     let version = r.u8()?;
     if version != VERSION {
@@ -179,25 +238,13 @@ pub fn decode_into(key: Option<&[u8]>, value: &[u8], ev: &mut Event) -> Result<D
             ev.ts = ts;
             Decoded::Event(origin)
         }
-        KIND_WATERMARK => {
-            let origin = Origin {
-                topic: r.u16()?,
-                partition: r.i32()?,
-                offset: 0,
-                appended: r.i64()?,
-            };
-            let watermark = r.i64()?;
-            let flags = r.u8()?;
-            let last_record_at = if flags & 1 != 0 { Some(r.i64()?) } else { None };
-            let idle_at = if flags & 2 != 0 { Some(r.i64()?) } else { None };
-            Decoded::Watermark(
-                origin,
-                SourceWatermark {
-                    watermark,
-                    last_record_at,
-                    idle_at,
-                },
-            )
+        kind @ (KIND_WATERMARK | KIND_WATERMARKS) => {
+            let n = if kind == KIND_WATERMARKS { r.u16()? } else { 1 };
+            reports.clear();
+            for _ in 0..n {
+                reports.push(r.report()?);
+            }
+            Decoded::Watermarks
         }
         other => return Err(HopError(format!("unknown kind {other}"))),
     };
@@ -297,7 +344,7 @@ mod tests {
         ] {
             let mut v = Vec::new();
             put_event(&mut v, &ev, origin);
-            let got = decode_into(Some(ev.key.as_bytes()), &v, &mut buf);
+            let got = decode_into(Some(ev.key.as_bytes()), &v, &mut buf, &mut Vec::new());
             assert_eq!(got, Ok(Decoded::Event(origin)));
             assert_eq!(buf, ev);
         }
@@ -324,26 +371,61 @@ mod tests {
         );
         assert!(decode(None, &v).is_err(), "an event needs its key");
         assert!(decode(Some(b"k"), &v[..v.len() - 1]).is_err());
-        for report in [
+        let reports: Vec<(Origin, SourceWatermark)> = [
             SourceWatermark::UNKNOWN,
             SourceWatermark {
                 watermark: 5,
                 last_record_at: Some(6),
                 idle_at: Some(7),
             },
-        ] {
+            SourceWatermark {
+                watermark: -3,
+                last_record_at: None,
+                idle_at: Some(8),
+            },
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, report)| {
             let origin = Origin {
-                topic: 1,
-                partition: 2,
+                topic: i as u16,
+                partition: 2 + i as i32,
                 offset: 0,
-                appended: 42,
+                appended: 42 + i as i64,
             };
+            (origin, report)
+        })
+        .collect();
+        for n in 0..=reports.len() {
             let mut v = Vec::new();
-            put_watermark(&mut v, origin, &report);
-            assert_eq!(decode(None, &v), Ok(HopRecord::Watermark(origin, report)));
-            v.push(0);
-            assert!(decode(None, &v).is_err(), "trailing bytes");
+            put_watermarks(&mut v, &reports[..n]);
+            assert_eq!(
+                decode(None, &v),
+                Ok(HopRecord::Watermarks(reports[..n].to_vec()))
+            );
+            let mut longer = v.clone();
+            longer.push(0);
+            assert!(decode(None, &longer).is_err(), "trailing bytes");
+            if n > 0 {
+                assert!(decode(None, &v[..v.len() - 1]).is_err(), "truncated");
+            }
         }
+        // The first format, one report without a count, is still read.
+        let (origin, report) = reports[1];
+        let mut v = vec![VERSION, KIND_WATERMARK];
+        put_report(&mut v, origin, &report);
+        assert_eq!(
+            decode(None, &v),
+            Ok(HopRecord::Watermarks(vec![(origin, report)]))
+        );
+        // A buffer that held reports holds only the new record's.
+        let mut buf = reports.clone();
+        let mut ev = Event::default();
+        assert_eq!(
+            decode_into(None, &v, &mut ev, &mut buf),
+            Ok(Decoded::Watermarks)
+        );
+        assert_eq!(buf, vec![(origin, report)]);
         assert!(decode(None, &[9, 0]).is_err(), "unknown version");
     }
 }
