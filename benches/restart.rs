@@ -1,5 +1,6 @@
 //! Restart benchmark: how long after a `kill -9` the same partitions commit output again, with
-//! static membership (`instance_id` set, so it is the consumer's `group.instance.id`) and without
+//! static membership (`instance_id` set and `static_membership = true`, so it is the consumer's
+//! `group.instance.id`) and without
 //! (a generated instance id: the restarted process is a new member, and the group waits for the
 //! dead one's session to time out before it rebalances).
 //!
@@ -19,11 +20,12 @@ use std::time::{Duration, Instant};
 fn member(dir: &Path, broker: &str, instance: Option<&str>, round: usize) -> Child {
     let cfg = dir.join(format!("member-{round}.toml"));
     // The state directory is kept, so the restart measures the group, not a restore.
-    std::fs::write(
-        &cfg,
-        common::pipeline(broker, &dir.join("state"), instance, ""),
-    )
-    .unwrap();
+    let mut text = common::pipeline(broker, &dir.join("state"), instance, "");
+    if instance.is_some() {
+        // Members are dynamic by default: the static mode is turned on explicitly.
+        text = text.replacen("[kafka]\n", "[kafka]\nstatic_membership = true\n", 1);
+    }
+    std::fs::write(&cfg, text).unwrap();
     Command::new(env!("CARGO_BIN_EXE_tidemark"))
         .args(["run", "--config"])
         .arg(&cfg)

@@ -181,7 +181,7 @@ impl RawConfig {
         });
         Some(KafkaSpec {
             bootstrap_servers: k.bootstrap_servers.clone(),
-            static_membership: k.static_membership.unwrap_or(k.instance_id.is_some()),
+            static_membership: k.static_membership.unwrap_or(false),
             instance_id,
             input_topics: inputs,
             repartition,

@@ -150,8 +150,8 @@ pub struct RawKafka {
     /// id and, when set, the consumer's `group.instance.id` (static membership).
     #[serde(default)]
     pub instance_id: Option<String>,
-    /// Use `instance_id` as the consumer's `group.instance.id` (default: true when `instance_id`
-    /// is set). Turn off for brokers whose static membership misbehaves.
+    /// Use `instance_id` as the consumer's `group.instance.id` (default: false). Turn on for
+    /// brokers that implement static membership (KIP-345) fully.
     #[serde(default)]
     pub static_membership: Option<bool>,
     /// The input topic (the one-topic form of `input_topics`).
@@ -219,7 +219,7 @@ pub struct KafkaSpec {
     pub instance_id: String,
     /// Whether `instance_id` is also the consumer's `group.instance.id` (static membership: a
     /// member that restarts within the session timeout gets its partitions back without a
-    /// rebalance). On by default when `instance_id` is configured, not generated.
+    /// rebalance). Off by default: on the test broker static members wedged the group.
     pub static_membership: bool,
     /// Input topics, sorted (a record's source topic travels through the hop as its index here).
     pub input_topics: Vec<String>,

@@ -209,7 +209,7 @@ fn a_kafka_section_validates_with_defaults() {
 }
 
 #[test]
-fn a_configured_instance_id_makes_the_member_static_unless_turned_off() {
+fn members_are_dynamic_unless_static_membership_is_turned_on() {
     let text = format!("{GOOD}{KAFKA}");
     let (spec, _) = parse_raw(&text, no_env()).unwrap().validate().unwrap();
     assert!(
@@ -219,16 +219,16 @@ fn a_configured_instance_id_makes_the_member_static_unless_turned_off() {
     let with_id = text.replace("[kafka]\n", "[kafka]\ninstance_id = \"host-1\"\n");
     let (spec, _) = parse_raw(&with_id, no_env()).unwrap().validate().unwrap();
     let k = spec.kafka.unwrap();
-    assert!(k.static_membership);
+    assert!(!k.static_membership, "an instance id alone: dynamic");
     assert_eq!(k.instance_id, "host-1");
-    // Turned off from the environment, as compose or Kubernetes would.
+    // Turned on from the environment, as compose or Kubernetes would.
     let env = vec![(
         "TIDEMARK__KAFKA__STATIC_MEMBERSHIP".to_string(),
-        "false".to_string(),
+        "true".to_string(),
     )];
     let (spec, _) = parse_raw(&with_id, env).unwrap().validate().unwrap();
     let k = spec.kafka.unwrap();
-    assert!(!k.static_membership);
+    assert!(k.static_membership);
 }
 
 #[test]

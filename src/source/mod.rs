@@ -101,9 +101,9 @@ mod tests {
 
     #[test]
     fn a_static_member_sends_its_instance_id_and_a_dynamic_one_does_not() {
-        let k = kafka("instance_id = \"host-1\"\n");
+        let k = kafka("instance_id = \"host-1\"\nstatic_membership = true\n");
         assert_eq!(consumer_config(&k).get("group.instance.id"), Some("host-1"));
-        let k = kafka("instance_id = \"host-1\"\nstatic_membership = false\n");
+        let k = kafka("instance_id = \"host-1\"\n");
         assert_eq!(consumer_config(&k).get("group.instance.id"), None);
     }
 
