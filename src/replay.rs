@@ -1,7 +1,8 @@
 //! `tidemark replay`: moves a stopped pipeline back to earlier input offsets, exactly once.
 //!
 //! 1. **Refuse while members run.** The pipeline's consumer group must have no members: a replay
-//!    is done with the pipeline stopped.
+//!    is done with the pipeline stopped. The refusal names the registered members and when a
+//!    stopped one leaves; `--wait D` waits up to D for the group to empty instead.
 //! 2. **Plan.** For every input partition: the committed offset now (read from the committed
 //!    offset markers, as a restore reads it: the changelog's, or with the repartition hop the
 //!    offsets topic's), the target offset (the partition's first offset; the first offset whose
@@ -97,12 +98,17 @@ pub enum ReplayError {
     #[error("the pipeline has no [kafka] section")]
     NoKafka,
     /// Members of the group are running.
-    #[error("the consumer group {group} has active members ({members}): stop the pipeline before replaying")]
+    #[error(
+        "the consumer group {group} has active members: stop the pipeline before replaying (or \
+         pass --wait D to wait for the group to empty).\n{members}\n{why}"
+    )]
     Running {
         /// The group.
         group: String,
-        /// Who is in it.
+        /// Who is in it, one member a line.
         members: String,
+        /// When stopped members leave the group, for this pipeline's membership settings.
+        why: String,
     },
     /// The target cannot be applied.
     #[error("{0}")]
@@ -213,25 +219,83 @@ fn kafka_err(what: &str) -> impl Fn(rdkafka::error::KafkaError) -> ReplayError +
     move |e| ReplayError::Kafka(format!("{what}: {e}"))
 }
 
-/// Refuses while the group has members.
-fn check_group_is_empty(consumer: &BaseConsumer, group: &str) -> Result<(), ReplayError> {
+/// The members registered in `group`: member id, client id and host of each.
+fn group_members(consumer: &BaseConsumer, group: &str) -> Result<Vec<String>, ReplayError> {
     let list = consumer
         .fetch_group_list(Some(group), Duration::from_secs(10))
         .map_err(kafka_err("listing the consumer group's members"))?;
-    let members: Vec<String> = list
+    Ok(list
         .groups()
         .iter()
         .filter(|g| g.name() == group)
         .flat_map(|g| g.members())
-        .map(|m| format!("{} ({} on {})", m.id(), m.client_id(), m.client_host()))
-        .collect();
-    if members.is_empty() {
-        Ok(())
-    } else {
-        Err(ReplayError::Running {
-            group: group.to_string(),
-            members: members.join(", "),
+        .map(|m| {
+            format!(
+                "  member {} (client {}, host {})",
+                m.id(),
+                m.client_id(),
+                m.client_host()
+            )
         })
+        .collect())
+}
+
+/// When stopped members of a pipeline with these settings leave its group.
+fn why_members_stay(k: &KafkaSpec) -> String {
+    let session = k
+        .properties
+        .get("session.timeout.ms")
+        .map_or("45000 (librdkafka's default)".to_string(), |v| v.clone());
+    let leave = if k.static_membership {
+        "This pipeline's members are static (static_membership = true): a stopped member stays \
+         registered"
+    } else {
+        "This pipeline's members are dynamic: a member stopped with SIGTERM leaves at once; one \
+         that was killed stays registered"
+    };
+    format!("{leave} until session.timeout.ms = {session} ms after its last heartbeat.")
+}
+
+/// Refuses while the group has members; with `wait`, waits up to that long for it to empty,
+/// saying on stderr who it waits for whenever that changes.
+fn check_group_is_empty(
+    consumer: &BaseConsumer,
+    k: &KafkaSpec,
+    wait: Option<Duration>,
+) -> Result<(), ReplayError> {
+    let group = &k.application_id;
+    let started = std::time::Instant::now();
+    let mut said: Option<Vec<String>> = None;
+    loop {
+        let members = group_members(consumer, group)?;
+        if members.is_empty() {
+            return Ok(());
+        }
+        match wait {
+            Some(w) if started.elapsed() < w => {
+                if said.as_ref() != Some(&members) {
+                    eprintln!(
+                        "tidemark replay: waiting up to {} s for the consumer group {group} to \
+                         empty; registered:\n{}",
+                        w.as_secs(),
+                        members.join("\n")
+                    );
+                    said = Some(members);
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            _ => {
+                let mut why = why_members_stay(k);
+                if let Some(w) = wait {
+                    why = format!("Waited {} s. {why}", w.as_secs());
+                }
+                return Err(ReplayError::Running {
+                    group: group.to_string(),
+                    members: members.join("\n"),
+                    why,
+                });
+            }
+        }
     }
 }
 
@@ -276,14 +340,20 @@ fn committed_input(
 
 /// Works out the plan: refuses while the group has members, reads the committed offsets and
 /// epochs from the log, and resolves the target of every input partition.
-pub fn plan(spec: &PipelineSpec, target: &Target) -> Result<Plan, ReplayError> {
+///
+/// With `wait`, a group that still has members is waited for, up to that long.
+pub fn plan(
+    spec: &PipelineSpec,
+    target: &Target,
+    wait: Option<Duration>,
+) -> Result<Plan, ReplayError> {
     let k = spec.kafka.as_ref().ok_or(ReplayError::NoKafka)?;
     let consumer: BaseConsumer = crate::source::base_config(k)
         .set("group.id", &k.application_id)
         .set("isolation.level", "read_uncommitted")
         .create()
         .map_err(kafka_err("creating a client"))?;
-    check_group_is_empty(&consumer, &k.application_id)?;
+    check_group_is_empty(&consumer, k, wait)?;
     let timeout = Duration::from_secs(10);
     let mut inputs: Vec<InputPartition> = Vec::new();
     for t in &k.input_topics {

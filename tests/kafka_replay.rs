@@ -1,6 +1,7 @@
 //! `tidemark replay` against a real broker: a replay recomputes the output in a new epoch equal to
 //! `simulate` over the replayed input, exactly once; targets by time and by offsets reprocess
-//! exactly the records at or after them; a replay is refused while a member runs, `--dry-run`
+//! exactly the records at or after them; a replay is refused while a member runs (naming it), or
+//! waits for it to leave with `--wait`, `--dry-run`
 //! changes nothing, and a replay killed before its commit leaves the old position. A changed
 //! pipeline definition is refused at start; a Kafka-only change is not.
 
@@ -139,7 +140,12 @@ fn replay_to_earliest_recomputes_everything_in_a_new_epoch_exactly_once() {
     loop {
         let o = replay(&cfg, &["--to-earliest", "--dry-run"]);
         if o.status.code() == Some(2) {
-            assert!(text(&o).contains("active members"), "{}", text(&o));
+            // The refusal names the member and says when a stopped one leaves.
+            let t = text(&o);
+            assert!(t.contains("active members"), "{t}");
+            assert!(t.contains("  member "), "{t}");
+            assert!(t.contains("members are dynamic"), "{t}");
+            assert!(t.contains("session.timeout.ms = 6000"), "{t}");
             break;
         }
         assert!(
@@ -154,7 +160,37 @@ fn replay_to_earliest_recomputes_everything_in_a_new_epoch_exactly_once() {
     );
     let o = replay(&cfg, &["--to-earliest"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // --wait D: refused after D while the member stays; done once it leaves.
+    let t0 = Instant::now();
+    let o = replay(&cfg, &["--to-earliest", "--dry-run", "--wait", "2s"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(t0.elapsed() >= Duration::from_secs(2), "it did not wait");
+    assert!(text(&o).contains("Waited 2 s."), "{}", text(&o));
+    let waiting = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args([
+            "replay",
+            "--to-earliest",
+            "--dry-run",
+            "--wait",
+            "60s",
+            "--config",
+        ])
+        .arg(&cfg)
+        .env("TIDEMARK_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
     assert!(stop_member(member).success());
+    let o = waiting.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("waiting up to 60 s"), "{}", text(&o));
+    assert!(
+        text(&o).contains("dry run: nothing changed"),
+        "{}",
+        text(&o)
+    );
     assert_eq!(
         (
             position(&broker.addr),

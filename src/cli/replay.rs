@@ -28,6 +28,10 @@ pub struct Replay {
     /// Print the plan and change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// While the consumer group still has members, wait up to this long (e.g. 60s) for it to
+    /// empty instead of refusing at once.
+    #[arg(long, value_name = "D")]
+    wait: Option<String>,
 }
 
 impl Replay {
@@ -63,7 +67,19 @@ impl Replay {
                 return Ok(2);
             }
         };
-        let result = crate::replay::plan(&spec, &target).and_then(|plan| {
+        let wait = match self
+            .wait
+            .as_deref()
+            .map(crate::windowing::time::parse_duration)
+        {
+            None => None,
+            Some(Ok(ms)) => Some(std::time::Duration::from_millis(ms.max(0) as u64)),
+            Some(Err(e)) => {
+                eprintln!("tidemark replay: --wait: {e}");
+                return Ok(2);
+            }
+        };
+        let result = crate::replay::plan(&spec, &target, wait).and_then(|plan| {
             print!("{}", plan.table());
             if self.dry_run {
                 println!("dry run: nothing changed");
