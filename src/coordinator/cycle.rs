@@ -63,8 +63,13 @@ impl Core {
                 continue;
             };
             let changes = part.step.engine_mut().take_changes();
-            let stamp = next.to_string();
             let consumed = part.committed_offset != Some(next);
+            // Nothing read and nothing changed since the last commit: nothing to write, here or
+            // in RocksDB (an idle partition costs nothing per cycle).
+            if !consumed && changes.is_empty() {
+                continue;
+            }
+            let stamp = next.to_string();
             let epoch = part.epoch;
             let topic = self.k.changelog_topic.as_str();
             for (key, value) in changes.iter() {
@@ -106,7 +111,8 @@ impl Core {
     }
 
     /// Step 3: the group offsets go into the transaction (a hint; the log's offset markers rule):
-    /// the input partitions read, and the repartition partitions' positions.
+    /// the input partitions read, and the repartition partitions' positions, of the partitions
+    /// that moved since the last commit.
     fn step3_send_offsets<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,
@@ -118,13 +124,16 @@ impl Core {
             _ => &self.k.input_topics[0],
         };
         for (&p, part) in &self.parts {
-            if let Some(next) = part.next_offset {
+            if let Some(next) = part
+                .next_offset
+                .filter(|n| part.committed_offset != Some(*n))
+            {
                 tpl.add_partition_offset(parts_topic, p, Offset::Offset(next))
                     .map_err(fatal)?;
             }
         }
         for (&(t, p), src) in &self.sources {
-            if let Some(next) = src.next_offset {
+            if let Some(next) = src.next_offset.filter(|n| src.committed_offset != Some(*n)) {
                 tpl.add_partition_offset(self.input_topic(t), p, Offset::Offset(next))
                     .map_err(fatal)?;
             }
