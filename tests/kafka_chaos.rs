@@ -57,11 +57,14 @@ fn start(dir: &Path, broker: &str, id: &str, incarnation: usize, keep_state: boo
     let cfg = dir.join(format!("{id}-{incarnation}.toml"));
     let mut text = common::pipeline(broker, &state, Some(id), "");
     // Tansu wedges the group when static members are killed and rejoin in quick succession
-    // (restarted members were never assigned again, for minutes), so members are dynamic unless
-    // TIDEMARK_CHAOS_STATIC=1. Their instance ids, and so their transactional ids, stay stable.
-    if !std::env::var("TIDEMARK_CHAOS_STATIC").is_ok_and(|v| v == "1") {
-        text = common::dynamic(text);
-    }
+    // (restarted members were never assigned again, for minutes), so members are dynamic (the
+    // default) unless TIDEMARK_CHAOS_STATIC=1. Their instance ids, and so their transactional
+    // ids, stay stable.
+    text = if std::env::var("TIDEMARK_CHAOS_STATIC").is_ok_and(|v| v == "1") {
+        text.replacen("[kafka]\n", "[kafka]\nstatic_membership = true\n", 1)
+    } else {
+        common::dynamic(text)
+    };
     std::fs::write(&cfg, text).unwrap();
     let log = std::fs::File::create(dir.join(format!("{id}-{incarnation}.log"))).unwrap();
     Command::new(env!("CARGO_BIN_EXE_tidemark"))

@@ -146,10 +146,9 @@ max_batch_records = 200
     )
 }
 
-/// The pipeline `text` with static membership turned off: members with an `instance_id` join
-/// as dynamic members. Tansu wedges a group whose static members restart or leave while others
-/// join (restarted members were never assigned again), so tests of dynamic group behaviour use
-/// this.
+/// The pipeline `text` with static membership turned off explicitly (it is off by default):
+/// members with an `instance_id` join as dynamic members. Tansu wedges a group whose static
+/// members restart or leave while others join (restarted members were never assigned again).
 pub fn dynamic(text: String) -> String {
     text.replacen("[kafka]\n", "[kafka]\nstatic_membership = false\n", 1)
 }
