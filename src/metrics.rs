@@ -58,6 +58,12 @@ pub const GROUP_OFFSET_MISMATCHES: &str = "tidemark_group_offset_mismatches_tota
 pub const REBALANCES: &str = "tidemark_rebalances_total";
 /// Input partitions currently assigned to this member.
 pub const ASSIGNED_PARTITIONS: &str = "tidemark_assigned_partitions";
+/// Partitions of the pipeline's topics that no member of the group owns, as the group watchdog
+/// last saw them.
+pub const UNOWNED_PARTITIONS: &str = "tidemark_group_unowned_partitions";
+/// Times this member left and rejoined its group because partitions stayed without an owner for
+/// longer than the watchdog's bound (three session timeouts).
+pub const GROUP_WEDGES: &str = "tidemark_group_wedges_total";
 /// Records between the consumer's position and the partition's end; labels `topic`, `partition`.
 pub const CONSUMER_LAG: &str = "tidemark_consumer_lag_records";
 /// Watermark records of the repartition hop applied by the second stage (committed): what
@@ -99,6 +105,8 @@ pub const ALL: &[&str] = &[
     REBALANCES,
     ASSIGNED_PARTITIONS,
     CONSUMER_LAG,
+    UNOWNED_PARTITIONS,
+    GROUP_WEDGES,
     HOP_WATERMARK_RECORDS,
     SINK_ROWS,
     SINK_DEAD_LETTERS,
@@ -131,6 +139,14 @@ pub fn describe() {
     describe_counter!(RECORDS_OUT, "Records delivered per topic and partition.");
     describe_counter!(PANES, "Committed panes by timing.");
     describe_counter!(DEAD_LETTERS, "Committed dead letters by reason.");
+    describe_gauge!(
+        UNOWNED_PARTITIONS,
+        "Partitions of the pipeline's topics no member of the group owns."
+    );
+    describe_counter!(
+        GROUP_WEDGES,
+        "Rejoins after partitions stayed without an owner for three session timeouts."
+    );
     describe_counter!(
         HOP_WATERMARK_RECORDS,
         "Watermark records of the repartition hop applied by the second stage."

@@ -15,7 +15,8 @@
 //!   offsets topic;
 //! * `errors` — [`RunError`], and the classification of transactional errors;
 //! * `delivery` — the producer context that tracks the open transaction's deliveries;
-//! * `setup` — topics, decoder and encoder at startup; `telemetry` — metric handles and reports.
+//! * `setup` — topics, decoder and encoder at startup; `telemetry` — metric handles and reports;
+//!   `watchdog` — the group watchdog, which asks for a rejoin when partitions stay without owner.
 //!
 //! **Topologies.** With `repartition = false` the input (one topic) is partitioned by the grouping
 //! key already: each input partition is a windowing partition (`Part`) with its own engine, its
@@ -77,10 +78,11 @@ use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::Offset;
 use setup::{codecs, ensure_topics};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use telemetry::{BatchOutcome, Counters};
+use watchdog::Watchdog;
 
 mod cycle;
 mod delivery;
@@ -92,6 +94,7 @@ mod rebalance;
 mod setup;
 mod sources;
 mod telemetry;
+mod watchdog;
 
 pub use errors::RunError;
 pub use rebalance::RebalanceContext;
@@ -174,6 +177,8 @@ pub struct Core {
     last_purge: Instant,
     /// What this member did, for its last log line.
     counters: Counters,
+    /// How many partitions this member holds, for the group watchdog.
+    owned_here: Arc<AtomicUsize>,
 }
 
 /// How often the second stage reads the repartition topic while it finds nothing.
@@ -244,6 +249,7 @@ pub fn run(
         _ => None,
     };
     let fingerprint = spec.fingerprint();
+    let owned_here = Arc::new(AtomicUsize::new(0));
     let mut topics: Vec<String> = k.input_topics.clone();
     if matches!(topology, Topology::Hop { .. }) {
         topics.push(k.repartition_topic.clone());
@@ -280,6 +286,7 @@ pub fn run(
         last_lag_update: Instant::now(),
         last_purge: Instant::now(),
         counters: Counters::default(),
+        owned_here: owned_here.clone(),
     }));
     let consumer: BaseConsumer<RebalanceContext> = consumer_settings
         .create_with_context(RebalanceContext {
@@ -291,6 +298,7 @@ pub fn run(
     consumer
         .subscribe(&names)
         .map_err(|e| RunError::Startup(format!("subscribing: {e}")))?;
+    let watchdog = Watchdog::start(&k, topics.clone(), owned_here).ok();
     let poll = Duration::from_millis((k.commit_interval as u64 / 4).clamp(1, 50));
     // The second stage reads the repartition topic every few milliseconds (at once again while it
     // finds records); in between, the consumer hands over records without waiting, and waits at
@@ -300,6 +308,12 @@ pub fn run(
     let mut tail_busy = false;
     let mut result = Ok(());
     'run: while !shutdown.load(Ordering::Relaxed) {
+        if let Some(w) = watchdog.as_ref().filter(|w| w.take_rejoin()) {
+            if let Err(e) = rebalance::rejoin(&core, &consumer, &names, w.bound_ms) {
+                result = Err(e);
+                break 'run;
+            }
+        }
         let tailing = core
             .lock()
             .expect("lock")

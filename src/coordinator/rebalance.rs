@@ -124,7 +124,7 @@ impl Core {
                 .add_partition_offset(&topic, p, offset)
                 .map_err(fatal)?;
         }
-        gauge!(m::ASSIGNED_PARTITIONS).set((self.parts.len() + self.sources.len()) as f64);
+        self.set_owned();
         self.health.set_ready(true);
         Ok(out)
     }
@@ -383,7 +383,7 @@ impl Core {
                 tracing::info!(topic, partition = p, "partition revoked");
             }
         }
-        gauge!(m::ASSIGNED_PARTITIONS).set((self.parts.len() + self.sources.len()) as f64);
+        self.set_owned();
         if lost && self.dirty {
             self.abort_and_rewind(consumer, "the assignment was lost")?;
         }
@@ -489,4 +489,58 @@ impl ConsumerContext for RebalanceContext {
             core.fatal = Some(RunError::Fatal(format!("applying the rebalance: {e}")));
         }
     }
+}
+
+impl Core {
+    /// Publishes how many partitions this member holds (the gauge, and the group watchdog's
+    /// count).
+    fn set_owned(&self) {
+        let n = self.parts.len() + self.sources.len();
+        gauge!(m::ASSIGNED_PARTITIONS).set(n as f64);
+        self.owned_here
+            .store(n, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Leaves the group and joins it again as a new member, after the group watchdog found
+/// partitions without an owner for longer than `bound_ms`: logs it, counts it, turns `/readyz`
+/// false and commits the open transaction first (the revocation that leaving brings commits
+/// nothing more). The core must not be locked by the caller: leaving runs the rebalance callback.
+pub(super) fn rejoin<C: ConsumerContext>(
+    core: &Mutex<Core>,
+    consumer: &BaseConsumer<C>,
+    topics: &[&str],
+    bound_ms: i64,
+) -> Result<(), RunError> {
+    {
+        let mut c = core.lock().expect("lock");
+        tracing::error!(
+            bound_ms,
+            "the consumer group has left partitions without an owner for longer than the bound: \
+             leaving and joining it again as a new member"
+        );
+        counter!(m::GROUP_WEDGES).increment(1);
+        c.health.set_ready(false);
+        c.dirty = true;
+        c.commit(consumer)?;
+    }
+    consumer.unsubscribe();
+    // A static member does not leave when it unsubscribes: remove its registration, so that it
+    // joins as a new member (where the broker supports it; otherwise it rejoins as it was).
+    let (k, static_membership) = {
+        let c = core.lock().expect("lock");
+        (c.k.clone(), c.k.static_membership)
+    };
+    if static_membership {
+        if let Err(e) = crate::kafka::group::remove_static_members(
+            &k.bootstrap_servers,
+            &k.application_id,
+            &[k.instance_id.as_str()],
+        ) {
+            tracing::warn!("removing this member's static registration before rejoining: {e}");
+        }
+    }
+    consumer
+        .subscribe(topics)
+        .map_err(|e| RunError::Fatal(format!("subscribing again: {e}")))
 }

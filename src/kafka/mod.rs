@@ -1,3 +1,4 @@
 //! Kafka client pieces shared by the runtime, restore, `audit`, `tail` and the tests.
 
+pub mod group;
 pub mod raw_log;

@@ -46,14 +46,14 @@ pub enum RawLogError {
 }
 
 /// A minimal blocking Kafka protocol client: one connection, one request at a time.
-struct RawClient {
+pub(crate) struct RawClient {
     addr: String,
     stream: TcpStream,
     correlation: i32,
 }
 
 impl RawClient {
-    fn connect(addr: &str) -> Result<RawClient, RawLogError> {
+    pub(crate) fn connect(addr: &str) -> Result<RawClient, RawLogError> {
         let io = |source| RawLogError::Io {
             addr: addr.to_string(),
             source,
@@ -69,7 +69,7 @@ impl RawClient {
         })
     }
 
-    fn request<Req, Resp>(
+    pub(crate) fn request<Req, Resp>(
         &mut self,
         key: ApiKey,
         version: i16,
@@ -316,7 +316,7 @@ pub struct PartitionLog {
 }
 
 /// Connects to the first bootstrap server.
-fn connect(bootstrap: &str) -> Result<RawClient, RawLogError> {
+pub(crate) fn connect(bootstrap: &str) -> Result<RawClient, RawLogError> {
     let addr = bootstrap.split(',').next().unwrap_or(bootstrap).trim();
     RawClient::connect(addr.strip_prefix("PLAINTEXT://").unwrap_or(addr))
 }

@@ -6,6 +6,7 @@
 pub mod hop;
 pub mod reference;
 pub mod registry;
+pub mod rogue;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;

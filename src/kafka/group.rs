@@ -1,0 +1,308 @@
+//! Who owns what in a consumer group, read from the group's own description, and the rule that
+//! calls a group wedged.
+//!
+//! A group can stop assigning partitions without failing anyone: on the test broker, static
+//! members killed and restarted in quick succession joined a generation that never assigned a
+//! partition again, and ran for minutes with no output and no error. A member therefore looks,
+//! from outside its own consumer, at what the group's members own (their assignments, in the
+//! consumer protocol's encoding, from the group description) against the partitions of the topics
+//! the pipeline reads, and calls the group wedged when some partition has had no owner for longer
+//! than [`WedgeWatch`]'s bound.
+
+use super::raw_log::{connect, RawClient, RawLogError};
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::{
+    ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, LeaveGroupRequest,
+    LeaveGroupResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Why a member's assignment does not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("consumer protocol assignment: {0}")]
+pub struct AssignmentError(String);
+
+/// A big-endian reader over the consumer protocol's bytes.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], AssignmentError> {
+        let (head, rest) = self
+            .0
+            .split_first_chunk::<N>()
+            .ok_or_else(|| AssignmentError("truncated".into()))?;
+        self.0 = rest;
+        Ok(*head)
+    }
+    fn i16(&mut self) -> Result<i16, AssignmentError> {
+        Ok(i16::from_be_bytes(self.take()?))
+    }
+    fn i32(&mut self) -> Result<i32, AssignmentError> {
+        Ok(i32::from_be_bytes(self.take()?))
+    }
+    fn string(&mut self) -> Result<String, AssignmentError> {
+        let n = self.i16()?;
+        let n = usize::try_from(n).map_err(|_| AssignmentError("a null topic name".into()))?;
+        if self.0.len() < n {
+            return Err(AssignmentError("truncated".into()));
+        }
+        let (s, rest) = self.0.split_at(n);
+        self.0 = rest;
+        String::from_utf8(s.to_vec()).map_err(|_| AssignmentError("a topic name not UTF-8".into()))
+    }
+    /// An array's length (-1, null, reads as empty).
+    fn count(&mut self) -> Result<usize, AssignmentError> {
+        let n = self.i32()?;
+        if n < -1 || n as i64 > self.0.len() as i64 {
+            return Err(AssignmentError(format!("an array of {n} elements")));
+        }
+        Ok(n.max(0) as usize)
+    }
+}
+
+/// Decodes a member's assignment as the consumer protocol encodes it (KIP-429's
+/// `ConsumerProtocolAssignment`, every version: version, then topics with their partitions; the
+/// user data and anything after are not needed). Empty bytes are an empty assignment.
+pub fn parse_assignment(bytes: &[u8]) -> Result<Vec<(String, Vec<i32>)>, AssignmentError> {
+    if bytes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut r = Reader(bytes);
+    let version = r.i16()?;
+    if version < 0 {
+        return Err(AssignmentError(format!("version {version}")));
+    }
+    let topics = r.count()?;
+    let mut out = Vec::with_capacity(topics);
+    for _ in 0..topics {
+        let topic = r.string()?;
+        let n = r.count()?;
+        let mut partitions = Vec::with_capacity(n);
+        for _ in 0..n {
+            partitions.push(r.i32()?);
+        }
+        out.push((topic, partitions));
+    }
+    Ok(out)
+}
+
+/// The partitions of `topics` (name → partition count) that no assignment holds, sorted.
+pub fn unowned(
+    topics: &BTreeMap<String, i32>,
+    assignments: &[Vec<(String, Vec<i32>)>],
+) -> Vec<(String, i32)> {
+    let owned: BTreeSet<(&str, i32)> = assignments
+        .iter()
+        .flatten()
+        .flat_map(|(t, ps)| ps.iter().map(move |p| (t.as_str(), *p)))
+        .collect();
+    topics
+        .iter()
+        .flat_map(|(t, n)| (0..*n).map(move |p| (t, p)))
+        .filter(|(t, p)| !owned.contains(&(t.as_str(), *p)))
+        .map(|(t, p)| (t.clone(), p))
+        .collect()
+}
+
+/// What one look at the group says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every partition has an owner.
+    Owned,
+    /// Some partition has had no owner for this long (ms), within the bound.
+    Waiting(i64),
+    /// Some partition has had no owner for longer than the bound: the group is wedged.
+    Wedged,
+}
+
+/// Calls a group wedged when some partition has had no owner, in every look, for longer than a
+/// bound. A rebalance leaves partitions without an owner for a moment, and under a run of restarts
+/// one rebalance follows another; but each partition finds an owner between them. A dead member's
+/// stay in the group ends after one session timeout, so the bound is a few session timeouts (the
+/// coordinator takes three).
+#[derive(Debug, Clone)]
+pub struct WedgeWatch {
+    bound_ms: i64,
+    /// Since when (ms) each partition has been without an owner in every look.
+    since: BTreeMap<(String, i32), i64>,
+}
+
+impl WedgeWatch {
+    /// A watch that calls the group wedged after `bound_ms` without an owner.
+    pub fn new(bound_ms: i64) -> WedgeWatch {
+        WedgeWatch {
+            bound_ms,
+            since: BTreeMap::new(),
+        }
+    }
+
+    /// Takes a look at `now` (ms) that found the partitions `unowned` without an owner.
+    pub fn observe(&mut self, now: i64, unowned: &[(String, i32)]) -> Verdict {
+        let now_unowned: BTreeSet<&(String, i32)> = unowned.iter().collect();
+        self.since.retain(|p, _| now_unowned.contains(p));
+        for p in unowned {
+            self.since.entry(p.clone()).or_insert(now);
+        }
+        let Some(oldest) = self.since.values().min() else {
+            return Verdict::Owned;
+        };
+        let waited = now - oldest;
+        if waited > self.bound_ms {
+            Verdict::Wedged
+        } else {
+            Verdict::Waiting(waited)
+        }
+    }
+
+    /// Starts again, as after a rejoin: what was seen before it no longer counts.
+    pub fn reset(&mut self) {
+        self.since.clear();
+    }
+}
+
+/// Removes static members from `group` by their instance ids, as Kafka's admin
+/// `removeMembersFromConsumerGroup` does (KIP-345: a LeaveGroup, version 3, naming instance ids, to
+/// the group's coordinator). A static member does not leave when it stops; this is how its
+/// registration goes before it expires. Fails on a broker without LeaveGroup version 3.
+pub fn remove_static_members(
+    bootstrap: &str,
+    group: &str,
+    instance_ids: &[&str],
+) -> Result<(), RawLogError> {
+    let mut client = connect(bootstrap)?;
+    let found: FindCoordinatorResponse = client.request(
+        ApiKey::FindCoordinator,
+        2,
+        &FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_string(group.to_string()))
+            .with_key_type(0),
+    )?;
+    if found.error_code != 0 {
+        return Err(RawLogError::Broker {
+            code: found.error_code,
+            what: format!("finding the coordinator of group {group}"),
+        });
+    }
+    let mut coordinator = RawClient::connect(&format!("{}:{}", found.host.as_str(), found.port))?;
+    let resp: LeaveGroupResponse = coordinator.request(
+        ApiKey::LeaveGroup,
+        3,
+        &LeaveGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_members(
+                instance_ids
+                    .iter()
+                    .map(|id| {
+                        MemberIdentity::default()
+                            .with_member_id(StrBytes::from_static_str(""))
+                            .with_group_instance_id(Some(StrBytes::from_string(id.to_string())))
+                    })
+                    .collect(),
+            ),
+    )?;
+    let code = if resp.error_code != 0 {
+        resp.error_code
+    } else {
+        // UNKNOWN_MEMBER_ID (25) for one that is gone already is what was wanted.
+        resp.members
+            .iter()
+            .map(|m| m.error_code)
+            .find(|c| *c != 0 && *c != 25)
+            .unwrap_or(0)
+    };
+    if code != 0 {
+        return Err(RawLogError::Broker {
+            code,
+            what: format!("removing static members {instance_ids:?} from group {group}"),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The consumer protocol's encoding of an assignment, as a broker hands it over.
+    fn encode(version: i16, topics: &[(&str, &[i32])], user_data: Option<&[u8]>) -> Vec<u8> {
+        let mut out = version.to_be_bytes().to_vec();
+        out.extend_from_slice(&(topics.len() as i32).to_be_bytes());
+        for (t, ps) in topics {
+            out.extend_from_slice(&(t.len() as i16).to_be_bytes());
+            out.extend_from_slice(t.as_bytes());
+            out.extend_from_slice(&(ps.len() as i32).to_be_bytes());
+            for p in *ps {
+                out.extend_from_slice(&p.to_be_bytes());
+            }
+        }
+        match user_data {
+            Some(d) => {
+                out.extend_from_slice(&(d.len() as i32).to_be_bytes());
+                out.extend_from_slice(d);
+            }
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+        }
+        out
+    }
+
+    #[test]
+    fn assignments_decode_in_every_version() {
+        for version in [0, 1, 3] {
+            let bytes = encode(version, &[("web", &[0, 2]), ("app", &[])], Some(b"x"));
+            assert_eq!(
+                parse_assignment(&bytes).unwrap(),
+                vec![("web".to_string(), vec![0, 2]), ("app".to_string(), vec![])]
+            );
+        }
+        assert_eq!(parse_assignment(&[]).unwrap(), vec![]);
+        let bytes = encode(0, &[("web", &[0, 2])], None);
+        assert!(parse_assignment(&bytes[..bytes.len() - 7]).is_err(), "cut");
+        assert!(
+            parse_assignment(&[0xff, 0xff, 0, 0, 0, 0]).is_err(),
+            "version -1"
+        );
+        assert!(
+            parse_assignment(&[0, 0, 0x7f, 0, 0, 0]).is_err(),
+            "more topics than bytes"
+        );
+    }
+
+    #[test]
+    fn unowned_partitions_are_those_no_member_holds() {
+        let topics = BTreeMap::from([("web".to_string(), 3), ("app".to_string(), 2)]);
+        let a = vec![("web".to_string(), vec![0, 2])];
+        let b = vec![("app".to_string(), vec![1]), ("other".to_string(), vec![0])];
+        assert_eq!(
+            unowned(&topics, &[a.clone(), b.clone()]),
+            vec![("app".to_string(), 0), ("web".to_string(), 1)]
+        );
+        assert_eq!(unowned(&topics, &[]).len(), 5, "no member: nothing owned");
+        let all = vec![
+            ("web".to_string(), vec![0, 1, 2]),
+            ("app".to_string(), vec![0, 1]),
+        ];
+        assert!(unowned(&topics, &[all]).is_empty());
+    }
+
+    #[test]
+    fn a_group_is_wedged_only_when_one_partition_stays_without_an_owner() {
+        let p = |n: i32| ("web".to_string(), n);
+        let mut w = WedgeWatch::new(1_000);
+        assert_eq!(w.observe(0, &[]), Verdict::Owned);
+        assert_eq!(w.observe(100, &[p(0), p(1)]), Verdict::Waiting(0));
+        assert_eq!(w.observe(1_100, &[p(0), p(1)]), Verdict::Waiting(1_000));
+        // One look with every partition owned starts the count again.
+        assert_eq!(w.observe(1_150, &[]), Verdict::Owned);
+        assert_eq!(w.observe(1_200, &[p(0)]), Verdict::Waiting(0));
+        // Partitions that take turns without an owner (rebalance after rebalance) are not a
+        // wedge: each found an owner in between.
+        assert_eq!(w.observe(1_900, &[p(1)]), Verdict::Waiting(0));
+        assert_eq!(w.observe(2_600, &[p(0)]), Verdict::Waiting(0));
+        assert_eq!(w.observe(3_300, &[p(0), p(1)]), Verdict::Waiting(700));
+        assert_eq!(w.observe(3_600, &[p(0)]), Verdict::Waiting(1_000));
+        assert_eq!(w.observe(3_700, &[p(0)]), Verdict::Wedged);
+        w.reset();
+        assert_eq!(w.observe(3_800, &[p(0)]), Verdict::Waiting(0));
+    }
+}

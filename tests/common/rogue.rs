@@ -1,0 +1,210 @@
+//! A rogue group member for the wedge test: it joins a consumer group through the Kafka protocol
+//! itself (JoinGroup, SyncGroup, Heartbeat), and when it leads a generation it assigns no
+//! partition to anyone. A group it leads owns nothing and stays so, with no member failing: the
+//! shape of the wedge that static members brought on the test broker, made on purpose.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::{
+    ApiKey, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse, RequestHeader, ResponseHeader, SyncGroupRequest,
+    SyncGroupResponse,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+const MEMBER_ID_REQUIRED: i16 = 79;
+const PROTOCOL: &str = "cooperative-sticky";
+
+/// One connection, one request at a time.
+struct Conn {
+    stream: TcpStream,
+    correlation: i32,
+}
+
+impl Conn {
+    fn request<Req, Resp>(&mut self, key: ApiKey, version: i16, req: &Req) -> Resp
+    where
+        Req: Encodable + HeaderVersion,
+        Resp: Decodable + HeaderVersion,
+    {
+        self.correlation += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation)
+            .with_client_id(Some(StrBytes::from_static_str("rogue")));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, Req::header_version(version))
+            .unwrap();
+        req.encode(&mut body, version).unwrap();
+        let mut frame = BytesMut::new();
+        frame.put_i32(body.len() as i32);
+        frame.extend_from_slice(&body);
+        self.stream.write_all(&frame).unwrap();
+        let mut len = [0u8; 4];
+        self.stream.read_exact(&mut len).unwrap();
+        let mut buf = vec![0u8; i32::from_be_bytes(len) as usize];
+        self.stream.read_exact(&mut buf).unwrap();
+        let mut buf = Bytes::from(buf);
+        let rh = ResponseHeader::decode(&mut buf, Resp::header_version(version)).unwrap();
+        assert_eq!(rh.correlation_id, self.correlation);
+        Resp::decode(&mut buf, version).unwrap()
+    }
+}
+
+/// The consumer protocol's subscription (version 0): the topics, no user data.
+fn subscription(topics: &[String]) -> Bytes {
+    let mut b = BytesMut::new();
+    b.put_i16(0);
+    b.put_i32(topics.len() as i32);
+    for t in topics {
+        b.put_i16(t.len() as i16);
+        b.extend_from_slice(t.as_bytes());
+    }
+    b.put_i32(-1);
+    b.freeze()
+}
+
+/// The consumer protocol's assignment (version 0) of nothing.
+fn nothing() -> Bytes {
+    let mut b = BytesMut::new();
+    b.put_i16(0);
+    b.put_i32(0);
+    b.put_i32(-1);
+    b.freeze()
+}
+
+/// A running rogue member.
+pub struct Rogue {
+    stop: Arc<AtomicBool>,
+    /// Generations the rogue led and assigned nothing in.
+    pub led: Arc<AtomicUsize>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Rogue {
+    /// Joins `group` on `broker` (the group's coordinator: the test broker is a single node),
+    /// subscribed to `topics`, and keeps its membership alive.
+    pub fn start(broker: &str, group: &str, topics: &[&str]) -> Rogue {
+        let stream = TcpStream::connect(broker).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let mut conn = Conn {
+            stream,
+            correlation: 0,
+        };
+        let group = group.to_string();
+        let topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let led = Arc::new(AtomicUsize::new(0));
+        let (s, l) = (stop.clone(), led.clone());
+        let handle = std::thread::spawn(move || {
+            let gid = || GroupId(StrBytes::from_string(group.clone()));
+            let mut member_id = String::new();
+            'join: while !s.load(Ordering::Relaxed) {
+                let req = JoinGroupRequest::default()
+                    .with_group_id(gid())
+                    .with_session_timeout_ms(10_000)
+                    .with_rebalance_timeout_ms(10_000)
+                    .with_member_id(StrBytes::from_string(member_id.clone()))
+                    .with_protocol_type(StrBytes::from_static_str("consumer"))
+                    .with_protocols(vec![JoinGroupRequestProtocol::default()
+                        .with_name(StrBytes::from_static_str(PROTOCOL))
+                        .with_metadata(subscription(&topics))]);
+                let resp: JoinGroupResponse = conn.request(ApiKey::JoinGroup, 5, &req);
+                eprintln!(
+                    "rogue: join error {} generation {} leader {} me {} members {}",
+                    resp.error_code,
+                    resp.generation_id,
+                    resp.leader.as_str(),
+                    resp.member_id.as_str(),
+                    resp.members.len()
+                );
+                member_id = resp.member_id.to_string();
+                if resp.error_code == MEMBER_ID_REQUIRED {
+                    continue;
+                }
+                if resp.error_code != 0 {
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                }
+                let leader = resp.leader.as_str() == member_id;
+                let assignments = if leader {
+                    resp.members
+                        .iter()
+                        .map(|m| {
+                            SyncGroupRequestAssignment::default()
+                                .with_member_id(m.member_id.clone())
+                                .with_assignment(nothing())
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let req = SyncGroupRequest::default()
+                    .with_group_id(gid())
+                    .with_generation_id(resp.generation_id)
+                    .with_member_id(StrBytes::from_string(member_id.clone()))
+                    .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
+                    .with_protocol_name(Some(StrBytes::from_static_str(PROTOCOL)))
+                    .with_assignments(assignments);
+                let sync: SyncGroupResponse = conn.request(ApiKey::SyncGroup, 3, &req);
+                if sync.error_code != 0 {
+                    continue;
+                }
+                if leader {
+                    l.fetch_add(1, Ordering::SeqCst);
+                }
+                while !s.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(500));
+                    let req = HeartbeatRequest::default()
+                        .with_group_id(gid())
+                        .with_generation_id(resp.generation_id)
+                        .with_member_id(StrBytes::from_string(member_id.clone()));
+                    let hb: HeartbeatResponse = conn.request(ApiKey::Heartbeat, 3, &req);
+                    if hb.error_code != 0 {
+                        // A rebalance (or a generation that moved on): join again.
+                        continue 'join;
+                    }
+                }
+            }
+            let req = LeaveGroupRequest::default()
+                .with_group_id(gid())
+                .with_members(vec![
+                    MemberIdentity::default().with_member_id(StrBytes::from_string(member_id))
+                ]);
+            let left: LeaveGroupResponse = conn.request(ApiKey::LeaveGroup, 3, &req);
+            eprintln!(
+                "rogue: left with error {} {:?}",
+                left.error_code,
+                left.members
+                    .iter()
+                    .map(|m| m.error_code)
+                    .collect::<Vec<_>>()
+            );
+        });
+        Rogue {
+            stop,
+            led,
+            handle: Some(handle),
+        }
+    }
+
+    /// Leaves the group (LeaveGroup) and stops.
+    pub fn leave(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            h.join().unwrap();
+        }
+    }
+}
