@@ -38,7 +38,7 @@ for i in $(seq 1 "$runs"); do
       echo "chaos.sh: run $i of $t printed no summary; its last lines:"
       tail -n 30 "$out"
     fi
-    grep -E 'panicked|kept in' "$out" || true
+    grep -E 'panicked|kept in|^problem:' "$out" || true
     rm -f "$out"
   done
 done
