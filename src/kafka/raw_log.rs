@@ -395,7 +395,23 @@ impl StreamResolver {
                 use std::collections::hash_map::Entry;
                 let stale = match self.open.entry(r.producer_id) {
                     Entry::Occupied(mut o) if o.get().0 < r.producer_epoch => {
-                        Some(std::mem::replace(o.get_mut(), (r.producer_epoch, vec![seq])).1)
+                        let (epoch, seqs) =
+                            std::mem::replace(o.get_mut(), (r.producer_epoch, vec![seq]));
+                        // Said so that a run can be checked against it: the suspect of the hop's
+                        // chaos failures (see the README) is a COMMIT marker that lands after
+                        // the re-initialised producer's first record.
+                        tracing::info!(
+                            partition = self.partition,
+                            producer_id = r.producer_id,
+                            old_epoch = epoch,
+                            new_epoch = r.producer_epoch,
+                            records = seqs.len(),
+                            first_offset =
+                                seqs.first().map(|&s| self.queue[s - self.popped].0.offset),
+                            at_offset = r.offset,
+                            "a re-initialised producer's open records are treated as aborted"
+                        );
+                        Some(seqs)
                     }
                     Entry::Occupied(mut o) => {
                         o.get_mut().1.push(seq);
