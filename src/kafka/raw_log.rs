@@ -334,18 +334,27 @@ enum Fate {
 /// soon as every earlier record is resolved. Memory is bounded by the span of the oldest open
 /// transaction, not by the log.
 ///
-/// A marker of producer P with epoch E resolves P's open records of epoch E or older. A data
-/// record of P with a *newer* epoch than P's open records means P was re-initialised (a new
-/// process with the same `transactional.id`): the older transaction can never commit any more,
-/// so its records are aborted even if the broker wrote no ABORT marker for them.
+/// Open records are kept per producer id *and* epoch. A marker of producer P with epoch E
+/// resolves P's open records of epoch E when there are any; when there are none, it resolves P's
+/// open records of older epochs (Kafka writes the ABORT that fences a re-initialised producer
+/// with the bumped epoch, and a KIP-890 broker writes each COMMIT with the epoch after the
+/// records'). It never resolves records of a newer epoch.
+///
+/// A re-initialised producer (a new process with the same `transactional.id`) may write records
+/// of its new epoch *before* the marker of its old epoch's transaction: Kafka never lets that
+/// happen, but Tansu bumps the epoch as soon as the old transaction is prepared and writes that
+/// transaction's markers one partition after another. So a newer epoch's record settles
+/// nothing: the older records wait for their own marker, or, if none ever comes, until their
+/// transaction is older than the transaction timeout ([`StreamResolver::abort_older_than`], and
+/// a restore's [`crate::state::changelog::OpenPolicy`]).
 struct StreamResolver {
     partition: i32,
     queue: VecDeque<(RawRecord, Fate)>,
     /// Records popped from the queue so far: a record's queue position is its sequence number
     /// minus this.
     popped: usize,
-    /// Per producer id, the epoch and sequence numbers of its open records.
-    open: HashMap<i64, (i16, Vec<usize>)>,
+    /// Per producer id and epoch, the sequence numbers of its open records.
+    open: HashMap<i64, BTreeMap<i16, Vec<usize>>>,
     aborted_offsets: Vec<i64>,
     next_offset: i64,
 }
@@ -381,50 +390,39 @@ impl StreamResolver {
             } else {
                 Fate::Aborted
             };
-            if self
-                .open
-                .get(&r.producer_id)
-                .is_some_and(|(epoch, _)| *epoch <= r.producer_epoch)
-            {
-                let (_, seqs) = self.open.remove(&r.producer_id).expect("checked");
+            if let Some(epochs) = self.open.get_mut(&r.producer_id) {
+                let seqs: Vec<usize> = match epochs.remove(&r.producer_epoch) {
+                    Some(seqs) => seqs,
+                    None => {
+                        // Kafka's fencing ABORT or a KIP-890 COMMIT: the epoch after the records'.
+                        let newer = epochs.split_off(&r.producer_epoch);
+                        std::mem::replace(epochs, newer)
+                            .into_values()
+                            .flatten()
+                            .collect()
+                    }
+                };
+                if epochs.is_empty() {
+                    self.open.remove(&r.producer_id);
+                }
                 self.settle(seqs, fate);
             }
         } else {
             let seq = self.popped + self.queue.len();
             let fate = if r.transactional {
-                use std::collections::hash_map::Entry;
-                let stale = match self.open.entry(r.producer_id) {
-                    Entry::Occupied(mut o) if o.get().0 < r.producer_epoch => {
-                        let (epoch, seqs) =
-                            std::mem::replace(o.get_mut(), (r.producer_epoch, vec![seq]));
-                        // Said so that a run can be checked against it: the suspect of the hop's
-                        // chaos failures (see the README) is a COMMIT marker that lands after
-                        // the re-initialised producer's first record.
-                        tracing::info!(
-                            partition = self.partition,
-                            producer_id = r.producer_id,
-                            old_epoch = epoch,
-                            new_epoch = r.producer_epoch,
-                            records = seqs.len(),
-                            first_offset =
-                                seqs.first().map(|&s| self.queue[s - self.popped].0.offset),
-                            at_offset = r.offset,
-                            "a re-initialised producer's open records are treated as aborted"
-                        );
-                        Some(seqs)
-                    }
-                    Entry::Occupied(mut o) => {
-                        o.get_mut().1.push(seq);
-                        None
-                    }
-                    Entry::Vacant(v) => {
-                        v.insert((r.producer_epoch, vec![seq]));
-                        None
-                    }
-                };
-                if let Some(seqs) = stale {
-                    self.settle(seqs, Fate::Aborted);
+                let epochs = self.open.entry(r.producer_id).or_default();
+                if epochs.keys().any(|&e| e < r.producer_epoch)
+                    && !epochs.contains_key(&r.producer_epoch)
+                {
+                    tracing::debug!(
+                        partition = self.partition,
+                        producer_id = r.producer_id,
+                        epoch = r.producer_epoch,
+                        at_offset = r.offset,
+                        "a re-initialised producer writes before its older transaction's marker"
+                    );
                 }
+                epochs.entry(r.producer_epoch).or_default().push(seq);
                 Fate::Open
             } else {
                 Fate::Committed
@@ -469,21 +467,27 @@ impl StreamResolver {
         before: i64,
         emit: &mut impl FnMut(RawRecord) -> Result<(), E>,
     ) -> Result<usize, E> {
-        let stale: Vec<i64> = self
-            .open
-            .iter()
-            .filter(|(_, (_, seqs))| {
-                seqs.first()
-                    .is_some_and(|&s| self.queue[s - self.popped].0.timestamp < before)
-            })
-            .map(|(pid, _)| *pid)
-            .collect();
-        for pid in &stale {
-            let (_, seqs) = self.open.remove(pid).expect("listed");
+        let queue = &self.queue;
+        let popped = self.popped;
+        let mut stale = Vec::new();
+        for epochs in self.open.values_mut() {
+            epochs.retain(|_, seqs| {
+                let old = seqs
+                    .first()
+                    .is_some_and(|&s| queue[s - popped].0.timestamp < before);
+                if old {
+                    stale.push(std::mem::take(seqs));
+                }
+                !old
+            });
+        }
+        self.open.retain(|_, epochs| !epochs.is_empty());
+        let given_up = stale.len();
+        for seqs in stale {
             self.settle(seqs, Fate::Aborted);
         }
         self.drain(emit)?;
-        Ok(stale.len())
+        Ok(given_up)
     }
 
     /// At the end of the log: hands on committed records still queued behind an open
@@ -1251,30 +1255,87 @@ pub(crate) mod tests {
         assert_eq!(open, 1);
     }
 
+    /// A record or marker of producer 1 with the given epoch.
+    fn at_epoch(offset: i64, epoch: i16, control: Option<i16>, v: &str) -> Record {
+        let mut r = rec(offset, 1, true, control, v);
+        r.producer_epoch = epoch;
+        r
+    }
+
     #[test]
-    fn a_re_initialised_producer_never_commits_its_old_epochs_open_records() {
-        // pid 1 epoch 0 leaves a@0 open (its process was killed, and no ABORT marker was
-        // written); the restarted process (same transactional id: pid 1, epoch 1) writes b@1 and
-        // commits: only b is committed, a is aborted.
-        let mut old = rec(0, 1, true, None, "a");
-        old.producer_epoch = 0;
-        let mut new = rec(1, 1, true, None, "b");
-        new.producer_epoch = 1;
-        let mut commit = rec(2, 1, true, Some(1), "");
-        commit.producer_epoch = 1;
-        let (out, aborted, open, _) = run(vec![old, new, commit]);
-        assert_eq!(out, ["b"]);
-        assert_eq!(aborted, [0]);
+    fn a_re_initialised_producers_old_transaction_waits_for_its_own_marker() {
+        // Tansu bumps the epoch once the old transaction is prepared and writes its markers
+        // partition by partition, so the restarted process (epoch 1) can write b@1 before epoch
+        // 0's COMMIT lands @3: a is committed by it, and comes out first, in log order.
+        let (out, aborted, open, _) = run(vec![
+            at_epoch(0, 0, None, "a"),
+            at_epoch(1, 1, None, "b"),
+            at_epoch(2, 1, Some(1), ""),
+            at_epoch(3, 0, Some(1), ""),
+        ]);
+        assert_eq!(out, ["a", "b"]);
+        assert!(aborted.is_empty());
         assert_eq!(open, 0);
-        // An ABORT marker written with the bumped epoch (as Kafka does when it fences) resolves
-        // the older epoch's records.
-        let mut old = rec(0, 1, true, None, "a");
-        old.producer_epoch = 3;
-        let mut abort = rec(1, 1, true, Some(0), "");
-        abort.producer_epoch = 4;
-        let (out, aborted, open, _) = run(vec![old, abort]);
+        // The same with an old transaction that was being aborted.
+        let (out, aborted, open, _) = run(vec![
+            at_epoch(0, 0, None, "a"),
+            at_epoch(1, 1, None, "b"),
+            at_epoch(2, 0, Some(0), ""),
+            at_epoch(3, 1, Some(1), ""),
+        ]);
+        assert_eq!(out, ["b"]);
+        assert_eq!((aborted, open), (vec![0], 0));
+        // The newer epoch's COMMIT does not settle the old transaction: at the end of the log it
+        // is still open (and b, committed behind it, is handed on by `finish`).
+        let (out, aborted, open, _) = run(vec![
+            at_epoch(0, 0, None, "a"),
+            at_epoch(1, 1, None, "b"),
+            at_epoch(2, 1, Some(1), ""),
+        ]);
+        assert_eq!(out, ["b"]);
+        assert!(aborted.is_empty());
+        assert_eq!(open, 1);
+    }
+
+    #[test]
+    fn a_marker_with_a_later_epoch_settles_older_epochs_only_when_its_own_has_nothing_open() {
+        // Kafka fences with an ABORT in the bumped epoch.
+        let (out, aborted, open, _) =
+            run(vec![at_epoch(0, 3, None, "a"), at_epoch(1, 4, Some(0), "")]);
         assert!(out.is_empty());
         assert_eq!((aborted, open), (vec![0], 0));
+        // A KIP-890 broker commits with the epoch after the records'.
+        let (out, aborted, open, _) =
+            run(vec![at_epoch(0, 3, None, "a"), at_epoch(1, 4, Some(1), "")]);
+        assert_eq!(out, ["a"]);
+        assert!(aborted.is_empty());
+        assert_eq!(open, 0);
+        // An older epoch's marker never settles a newer epoch's records.
+        let (out, _, open, _) = run(vec![at_epoch(0, 4, None, "a"), at_epoch(1, 3, Some(1), "")]);
+        assert!(out.is_empty());
+        assert_eq!(open, 1);
+    }
+
+    #[test]
+    fn an_old_epochs_transaction_whose_marker_never_comes_is_given_up_after_the_timeout() {
+        let mut resolver = StreamResolver::new(0, 0);
+        let mut out = Vec::new();
+        let mut emit = |r: RawRecord| {
+            out.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
+            Ok::<(), RawLogError>(())
+        };
+        let mut old = at_epoch(0, 0, None, "a");
+        old.timestamp = 1_000;
+        let mut new = at_epoch(1, 1, None, "b");
+        new.timestamp = 5_000;
+        for r in [old, new, at_epoch(2, 1, Some(1), "")] {
+            resolver.push(r, &mut emit).unwrap();
+        }
+        assert_eq!(resolver.abort_older_than(1_000, &mut emit).unwrap(), 0);
+        assert_eq!(resolver.abort_older_than(2_000, &mut emit).unwrap(), 1);
+        let log = resolver.finish(&mut emit).unwrap();
+        assert_eq!(out, ["b"]);
+        assert_eq!((log.aborted_offsets, log.open), (vec![0], 0));
     }
 
     #[test]
