@@ -179,6 +179,43 @@ fn fetch_partition(
     Ok((out, aborted))
 }
 
+/// The sizes, the wait and the isolation level of one Fetch request.
+#[derive(Debug, Clone, Copy)]
+struct FetchLimits {
+    /// 0: read uncommitted (everything in the log, which is how transactions are resolved here,
+    /// from the markers); 1: read committed (only to see what the broker would filter).
+    isolation: i8,
+    max_wait_ms: i32,
+    min_bytes: i32,
+    max_bytes: i32,
+    partition_max_bytes: i32,
+}
+
+/// A Fetch request for the partitions `parts` (partition, offset) of `topic`, without a fetch
+/// session.
+fn fetch_request(topic: &str, parts: &[(i32, i64)], limits: FetchLimits) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id((-1).into())
+        .with_max_wait_ms(limits.max_wait_ms)
+        .with_min_bytes(limits.min_bytes)
+        .with_max_bytes(limits.max_bytes)
+        .with_isolation_level(limits.isolation)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(
+                parts
+                    .iter()
+                    .map(|&(p, offset)| {
+                        FetchPartition::default()
+                            .with_partition(p)
+                            .with_fetch_offset(offset)
+                            .with_partition_max_bytes(limits.partition_max_bytes)
+                    })
+                    .collect(),
+            )])
+}
+
 /// Fetches partition `partition` of `topic` from `from` to its end, handing each record (control
 /// records included) to `f` in offset order; returns the broker's aborted-transaction list.
 ///
@@ -238,19 +275,17 @@ fn fetch_responses(
             last_progress = std::time::Instant::now();
             tracing::info!(topic, partition, offset, high_watermark, "reading raw log");
         }
-        let req = FetchRequest::default()
-            .with_replica_id((-1).into())
-            .with_max_wait_ms(50)
-            .with_min_bytes(0)
-            .with_max_bytes(16 << 20)
-            .with_isolation_level(isolation)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(partition)
-                    .with_fetch_offset(offset)
-                    .with_partition_max_bytes(8 << 20)])]);
+        let req = fetch_request(
+            topic,
+            &[(partition, offset)],
+            FetchLimits {
+                isolation,
+                max_wait_ms: 50,
+                min_bytes: 0,
+                max_bytes: 16 << 20,
+                partition_max_bytes: 8 << 20,
+            },
+        );
         let resp: FetchResponse = client.request(ApiKey::Fetch, FETCH_VERSION, &req)?;
         if resp.error_code != 0 {
             return Err(RawLogError::Broker {
@@ -614,6 +649,18 @@ impl Leaders {
         }
         Ok(self.clients.get_mut(addr).expect("inserted"))
     }
+
+    /// Sends `req` to the broker at `addr`. On an error the connection is dropped (it is opened
+    /// afresh next time); the caller forgets its leaders, which may have moved.
+    fn fetch(&mut self, addr: &str, req: &FetchRequest) -> Result<FetchResponse, RawLogError> {
+        let result = self
+            .get(addr)
+            .and_then(|c| c.request(ApiKey::Fetch, FETCH_VERSION, req));
+        if result.is_err() {
+            self.clients.remove(addr);
+        }
+        result
+    }
 }
 
 /// A connection to the leader of partition `partition` of `topic`.
@@ -888,37 +935,22 @@ impl Tailer {
         for (addr, mut wanted) in by_leader {
             let n = wanted.len();
             wanted.rotate_left(self.turn % n);
-            let req = FetchRequest::default()
-                .with_replica_id((-1).into())
-                // Some brokers answer a fetch that may not wait with nothing at all (Tansu): wait
-                // at least a millisecond.
-                .with_max_wait_ms(max_wait_ms.max(1))
-                .with_min_bytes(1)
-                .with_max_bytes(16 << 20)
-                .with_isolation_level(0)
-                .with_session_epoch(-1)
-                .with_topics(vec![FetchTopic::default()
-                    .with_topic(TopicName(StrBytes::from_string(self.topic.clone())))
-                    .with_partitions(
-                        wanted
-                            .iter()
-                            .map(|&(p, offset)| {
-                                FetchPartition::default()
-                                    .with_partition(p)
-                                    .with_fetch_offset(offset)
-                                    .with_partition_max_bytes(4 << 20)
-                            })
-                            .collect(),
-                    )]);
-            let result: Result<FetchResponse, RawLogError> = self
-                .conns
-                .get(&addr)
-                .and_then(|c| c.request(ApiKey::Fetch, FETCH_VERSION, &req));
-            let resp = match result {
+            let req = fetch_request(
+                &self.topic,
+                &wanted,
+                FetchLimits {
+                    isolation: 0,
+                    // Some brokers answer a fetch that may not wait with nothing at all (Tansu):
+                    // wait at least a millisecond.
+                    max_wait_ms: max_wait_ms.max(1),
+                    min_bytes: 1,
+                    max_bytes: 16 << 20,
+                    partition_max_bytes: 4 << 20,
+                },
+            );
+            let resp = match self.conns.fetch(&addr, &req) {
                 Ok(r) => r,
                 Err(e) => {
-                    // The connection or the leader may have moved: ask again next time.
-                    self.conns.clients.remove(&addr);
                     self.leaders.clear();
                     return Err(e);
                 }
@@ -1048,34 +1080,20 @@ impl Peeker {
         }
         let mut out = BTreeMap::new();
         for (addr, parts) in by_leader {
-            let req = FetchRequest::default()
-                .with_replica_id((-1).into())
-                .with_max_wait_ms(1)
-                .with_min_bytes(1)
-                .with_max_bytes(1 << 20)
-                .with_isolation_level(0)
-                .with_session_epoch(-1)
-                .with_topics(vec![FetchTopic::default()
-                    .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
-                    .with_partitions(
-                        parts
-                            .iter()
-                            .map(|&(p, offset)| {
-                                FetchPartition::default()
-                                    .with_partition(p)
-                                    .with_fetch_offset(offset)
-                                    .with_partition_max_bytes(64 << 10)
-                            })
-                            .collect(),
-                    )]);
-            let result: Result<FetchResponse, RawLogError> = self
-                .conns
-                .get(&addr)
-                .and_then(|c| c.request(ApiKey::Fetch, FETCH_VERSION, &req));
-            let resp = match result {
+            let req = fetch_request(
+                topic,
+                &parts,
+                FetchLimits {
+                    isolation: 0,
+                    max_wait_ms: 1,
+                    min_bytes: 1,
+                    max_bytes: 1 << 20,
+                    partition_max_bytes: 64 << 10,
+                },
+            );
+            let resp = match self.conns.fetch(&addr, &req) {
                 Ok(r) => r,
                 Err(e) => {
-                    self.conns.clients.remove(&addr);
                     self.leaders.remove(topic);
                     return Err(e);
                 }
