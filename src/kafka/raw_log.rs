@@ -45,15 +45,17 @@ pub enum RawLogError {
     },
 }
 
-/// A minimal blocking Kafka protocol client: one connection, one request at a time.
-pub(crate) struct RawClient {
+/// A minimal blocking Kafka protocol client: one connection, one request at a time. Tidemark reads
+/// the raw log and the group's state through it; tests also speak the group protocol with it.
+pub struct RawClient {
     addr: String,
     stream: TcpStream,
     correlation: i32,
 }
 
 impl RawClient {
-    pub(crate) fn connect(addr: &str) -> Result<RawClient, RawLogError> {
+    /// Connects to the broker at `addr` (host:port); a reply must come within 30 s.
+    pub fn connect(addr: &str) -> Result<RawClient, RawLogError> {
         let io = |source| RawLogError::Io {
             addr: addr.to_string(),
             source,
@@ -69,7 +71,18 @@ impl RawClient {
         })
     }
 
-    pub(crate) fn request<Req, Resp>(
+    /// Sets how long a reply may take (a JoinGroup waits for the whole rebalance).
+    pub fn set_read_timeout(&mut self, timeout: Duration) -> Result<(), RawLogError> {
+        self.stream
+            .set_read_timeout(Some(timeout))
+            .map_err(|source| RawLogError::Io {
+                addr: self.addr.clone(),
+                source,
+            })
+    }
+
+    /// Sends one request of API `key` at `version` and waits for its response.
+    pub fn request<Req, Resp>(
         &mut self,
         key: ApiKey,
         version: i16,

@@ -9,59 +9,18 @@ use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
     ApiKey, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, LeaveGroupResponse, RequestHeader, ResponseHeader, SyncGroupRequest,
-    SyncGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse, SyncGroupRequest, SyncGroupResponse,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use kafka_protocol::protocol::StrBytes;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+use tidemark::kafka::raw_log::RawClient;
 
 const MEMBER_ID_REQUIRED: i16 = 79;
 const PROTOCOL: &str = "cooperative-sticky";
 
-/// One connection, one request at a time.
-struct Conn {
-    stream: TcpStream,
-    correlation: i32,
-}
-
-impl Conn {
-    fn request<Req, Resp>(&mut self, key: ApiKey, version: i16, req: &Req) -> Resp
-    where
-        Req: Encodable + HeaderVersion,
-        Resp: Decodable + HeaderVersion,
-    {
-        self.correlation += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(key as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation)
-            .with_client_id(Some(StrBytes::from_static_str("rogue")));
-        let mut body = BytesMut::new();
-        header
-            .encode(&mut body, Req::header_version(version))
-            .unwrap();
-        req.encode(&mut body, version).unwrap();
-        let mut frame = BytesMut::new();
-        frame.put_i32(body.len() as i32);
-        frame.extend_from_slice(&body);
-        self.stream.write_all(&frame).unwrap();
-        let mut len = [0u8; 4];
-        self.stream.read_exact(&mut len).unwrap();
-        let mut buf = vec![0u8; i32::from_be_bytes(len) as usize];
-        self.stream.read_exact(&mut buf).unwrap();
-        let mut buf = Bytes::from(buf);
-        let rh = ResponseHeader::decode(&mut buf, Resp::header_version(version)).unwrap();
-        assert_eq!(rh.correlation_id, self.correlation);
-        Resp::decode(&mut buf, version).unwrap()
-    }
-}
-
-/// The consumer protocol's subscription (version 0): the topics, no user data.
 fn subscription(topics: &[String]) -> Bytes {
     let mut b = BytesMut::new();
     b.put_i16(0);
@@ -95,14 +54,8 @@ impl Rogue {
     /// Joins `group` on `broker` (the group's coordinator: the test broker is a single node),
     /// subscribed to `topics`, and keeps its membership alive.
     pub fn start(broker: &str, group: &str, topics: &[&str]) -> Rogue {
-        let stream = TcpStream::connect(broker).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
-        let mut conn = Conn {
-            stream,
-            correlation: 0,
-        };
+        let mut conn = RawClient::connect(broker).unwrap();
+        conn.set_read_timeout(Duration::from_secs(60)).unwrap();
         let group = group.to_string();
         let topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
         let stop = Arc::new(AtomicBool::new(false));
@@ -121,7 +74,7 @@ impl Rogue {
                     .with_protocols(vec![JoinGroupRequestProtocol::default()
                         .with_name(StrBytes::from_static_str(PROTOCOL))
                         .with_metadata(subscription(&topics))]);
-                let resp: JoinGroupResponse = conn.request(ApiKey::JoinGroup, 5, &req);
+                let resp: JoinGroupResponse = conn.request(ApiKey::JoinGroup, 5, &req).unwrap();
                 eprintln!(
                     "rogue: join error {} generation {} leader {} me {} members {}",
                     resp.error_code,
@@ -158,7 +111,7 @@ impl Rogue {
                     .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
                     .with_protocol_name(Some(StrBytes::from_static_str(PROTOCOL)))
                     .with_assignments(assignments);
-                let sync: SyncGroupResponse = conn.request(ApiKey::SyncGroup, 3, &req);
+                let sync: SyncGroupResponse = conn.request(ApiKey::SyncGroup, 3, &req).unwrap();
                 if sync.error_code != 0 {
                     continue;
                 }
@@ -171,7 +124,7 @@ impl Rogue {
                         .with_group_id(gid())
                         .with_generation_id(resp.generation_id)
                         .with_member_id(StrBytes::from_string(member_id.clone()));
-                    let hb: HeartbeatResponse = conn.request(ApiKey::Heartbeat, 3, &req);
+                    let hb: HeartbeatResponse = conn.request(ApiKey::Heartbeat, 3, &req).unwrap();
                     if hb.error_code != 0 {
                         // A rebalance (or a generation that moved on): join again.
                         continue 'join;
@@ -183,7 +136,7 @@ impl Rogue {
                 .with_members(vec![
                     MemberIdentity::default().with_member_id(StrBytes::from_string(member_id))
                 ]);
-            let left: LeaveGroupResponse = conn.request(ApiKey::LeaveGroup, 3, &req);
+            let left: LeaveGroupResponse = conn.request(ApiKey::LeaveGroup, 3, &req).unwrap();
             eprintln!(
                 "rogue: left with error {} {:?}",
                 left.error_code,
