@@ -5,7 +5,7 @@
 //! (`tidemark_group_wedges_total`), turns `/readyz` false, commits its open transaction, leaves the
 //! group and joins again as a new member.
 //!
-//! It only reads (the group description and topic metadata); a look that fails, or a description
+//! It only reads (the group description at each look, topic metadata once a minute); a look that fails, or a description
 //! that shows no owner at all while this member holds partitions (a broker that does not report
 //! assignments), decides nothing.
 
@@ -21,6 +21,10 @@ use std::time::Duration;
 
 /// How often the watchdog looks at the group.
 pub(super) const LOOK_EVERY: Duration = Duration::from_secs(2);
+
+/// How often the partition counts of the topics are asked afresh (a topic may gain partitions);
+/// between times the watchdog asks the broker for the group's description only.
+const RECOUNT_EVERY: Duration = Duration::from_secs(60);
 
 /// How many session timeouts a partition may stay without an owner before the group counts as
 /// wedged: one for a dead member to be evicted, one for the rebalance that follows, one to spare.
@@ -102,9 +106,19 @@ fn watch(
 ) {
     let mut w = WedgeWatch::new(bound_ms);
     let mut said_blind = false;
+    let mut counts: Option<(std::time::Instant, BTreeMap<String, i32>)> = None;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(LOOK_EVERY);
-        let Some(unowned) = look(&client, &group, &topics, &owned_here, &mut said_blind) else {
+        if counts
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= RECOUNT_EVERY)
+        {
+            counts = partition_counts(&client, &topics).map(|c| (std::time::Instant::now(), c));
+        }
+        let Some((_, counts)) = &counts else {
+            continue;
+        };
+        let Some(unowned) = look(&client, &group, counts, &owned_here, &mut said_blind) else {
             continue;
         };
         gauge!(m::UNOWNED_PARTITIONS).set(unowned.len() as f64);
@@ -115,23 +129,31 @@ fn watch(
     }
 }
 
-/// One look: the partitions of `topics` no member of `group` owns, or `None` when the look cannot
-/// tell.
-fn look(
-    client: &BaseConsumer,
-    group: &str,
-    topics: &[String],
-    owned_here: &AtomicUsize,
-    said_blind: &mut bool,
-) -> Option<Vec<(String, i32)>> {
-    let timeout = Duration::from_secs(5);
+/// How long one question to the broker may take.
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The partition count of each of `topics`, from the cluster's metadata, or `None` when the
+/// broker does not answer.
+fn partition_counts(client: &BaseConsumer, topics: &[String]) -> Option<BTreeMap<String, i32>> {
     let mut counts = BTreeMap::new();
     for t in topics {
-        let meta = client.fetch_metadata(Some(t), timeout).ok()?;
+        let meta = client.fetch_metadata(Some(t), ASK_TIMEOUT).ok()?;
         let n = meta.topics().first()?.partitions().len() as i32;
         counts.insert(t.clone(), n);
     }
-    let list = client.fetch_group_list(Some(group), timeout).ok()?;
+    Some(counts)
+}
+
+/// One look: the partitions of the topics in `counts` that no member of `group` owns, or `None`
+/// when the look cannot tell.
+fn look(
+    client: &BaseConsumer,
+    group: &str,
+    counts: &BTreeMap<String, i32>,
+    owned_here: &AtomicUsize,
+    said_blind: &mut bool,
+) -> Option<Vec<(String, i32)>> {
+    let list = client.fetch_group_list(Some(group), ASK_TIMEOUT).ok()?;
     let mut assignments = Vec::new();
     for g in list.groups().iter().filter(|g| g.name() == group) {
         for member in g.members() {
@@ -155,5 +177,5 @@ fn look(
         }
         return None;
     }
-    Some(unowned(&counts, &assignments))
+    Some(unowned(counts, &assignments))
 }
