@@ -512,7 +512,8 @@ pub(super) fn rejoin<C: ConsumerContext>(
     topics: &[&str],
     bound_ms: i64,
 ) -> Result<(), RunError> {
-    {
+    // What the static registration's removal needs is taken while the core is locked anyway.
+    let k = {
         let mut c = core.lock().expect("lock");
         tracing::error!(
             bound_ms,
@@ -523,15 +524,12 @@ pub(super) fn rejoin<C: ConsumerContext>(
         c.health.set_ready(false);
         c.dirty = true;
         c.commit(consumer)?;
-    }
+        c.k.clone()
+    };
     consumer.unsubscribe();
     // A static member does not leave when it unsubscribes: remove its registration, so that it
     // joins as a new member (where the broker supports it; otherwise it rejoins as it was).
-    let (k, static_membership) = {
-        let c = core.lock().expect("lock");
-        (c.k.clone(), c.k.static_membership)
-    };
-    if static_membership {
+    if k.static_membership {
         if let Err(e) = crate::kafka::group::remove_static_members(
             &k.bootstrap_servers,
             &k.application_id,
