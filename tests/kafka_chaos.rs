@@ -16,72 +16,28 @@
 
 mod common;
 
+use common::chaos;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 6;
 const MEMBERS: usize = 3;
 
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// xorshift64: the test's only source of randomness, so a seed repeats a run's choices.
-fn next(seed: &mut u64) -> u64 {
-    *seed ^= *seed << 13;
-    *seed ^= *seed >> 7;
-    *seed ^= *seed << 17;
-    *seed
-}
-
-/// One member slot: a stable instance id (as a StatefulSet or compose host name gives) and its
-/// current process.
-struct Member {
-    id: String,
-    child: Child,
-    incarnation: usize,
-}
-
 fn start(dir: &Path, broker: &str, id: &str, incarnation: usize, keep_state: bool) -> Child {
-    let state = if keep_state {
-        dir.join(format!("state-{id}"))
-    } else {
-        // An empty directory: this incarnation restores everything from the changelog.
-        dir.join(format!("state-{id}-{incarnation}"))
-    };
-    let cfg = dir.join(format!("{id}-{incarnation}.toml"));
-    let mut text = common::pipeline(broker, &state, Some(id), "");
+    let state = chaos::state_dir(dir, id, incarnation, keep_state);
+    let text = common::pipeline(broker, &state, Some(id), "");
     // Tansu wedges the group when static members are killed and rejoin in quick succession
     // (restarted members were never assigned again, for minutes), so members are dynamic (the
     // default) unless TIDEMARK_CHAOS_STATIC=1. Their instance ids, and so their transactional
     // ids, stay stable.
-    text = if std::env::var("TIDEMARK_CHAOS_STATIC").is_ok_and(|v| v == "1") {
+    let text = if chaos::static_members() {
         text.replacen("[kafka]\n", "[kafka]\nstatic_membership = true\n", 1)
     } else {
         common::dynamic(text)
     };
-    std::fs::write(&cfg, text).unwrap();
-    let log = std::fs::File::create(dir.join(format!("{id}-{incarnation}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .env("TIDEMARK_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
-}
-
-/// Whether incarnation `incarnation` of member `id` had partitions (its log shows a restore).
-fn had_partitions(dir: &Path, id: &str, incarnation: usize) -> bool {
-    std::fs::read_to_string(dir.join(format!("{id}-{incarnation}.log")))
-        .unwrap_or_default()
-        .contains("partition restored from the changelog")
+    chaos::spawn(dir, id, incarnation, &text)
 }
 
 /// Counts member log lines that contain `needle`.
@@ -117,13 +73,9 @@ fn missing_from(a: &[String], b: &[String]) -> usize {
 
 #[test]
 fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
-    let kills: usize = env_or("TIDEMARK_CHAOS_KILLS", 8);
-    let records: i64 = env_or("TIDEMARK_CHAOS_RECORDS", 20_000);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    let seed0: u64 = env_or("TIDEMARK_CHAOS_SEED", now | 1);
+    let kills: usize = chaos::env_or("TIDEMARK_CHAOS_KILLS", 8);
+    let records: i64 = chaos::env_or("TIDEMARK_CHAOS_RECORDS", 20_000);
+    let seed0 = chaos::seed();
     let mut seed = seed0;
 
     let broker = common::Broker::start();
@@ -138,10 +90,10 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
     let pause = Duration::from_millis(span_ms * batch as u64 / scenario.records.len() as u64);
     let producer = scenario.produce(&broker.addr, batch, pause);
 
-    let mut members: Vec<Member> = (0..MEMBERS)
+    let mut members: Vec<chaos::Member> = (0..MEMBERS)
         .map(|i| {
             let id = format!("m{}", i + 1);
-            Member {
+            chaos::Member {
                 child: start(dir.path(), &broker.addr, &id, 0, true),
                 id,
                 incarnation: 0,
@@ -159,24 +111,18 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
 
     // The kills: a random member at a random moment, 1-4 s apart, restarted at once on its old
     // state directory or on an empty one, alternately.
-    let (mut kept, mut empty, mut working) = (0, 0, 0);
-    for k in 0..kills {
-        std::thread::sleep(Duration::from_millis(1_000 + next(&mut seed) % 3_000));
-        let m = &mut members[(next(&mut seed) % MEMBERS as u64) as usize];
-        m.child.kill().unwrap(); // SIGKILL
-        m.child.wait().unwrap();
-        if had_partitions(dir.path(), &m.id, m.incarnation) {
-            working += 1;
-        }
-        m.incarnation += 1;
-        let keep = k % 2 == 0;
-        if keep {
-            kept += 1;
-        } else {
-            empty += 1;
-        }
-        m.child = start(dir.path(), &broker.addr, &m.id, m.incarnation, keep);
-    }
+    let chaos::Kills {
+        kept,
+        empty,
+        working,
+    } = chaos::kill_loop(
+        kills,
+        &mut seed,
+        &mut members,
+        dir.path(),
+        "partition restored from the changelog",
+        |id, incarnation, keep| start(dir.path(), &broker.addr, id, incarnation, keep),
+    );
     producer.join().unwrap();
 
     // Let the group finish the input, then stop every member with SIGTERM.

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod chaos;
 pub mod hop;
 pub mod reference;
 pub mod registry;
