@@ -66,6 +66,13 @@ pub const UNOWNED_PARTITIONS: &str = "tidemark_group_unowned_partitions";
 pub const GROUP_WEDGES: &str = "tidemark_group_wedges_total";
 /// Records between the consumer's position and the partition's end; labels `topic`, `partition`.
 pub const CONSUMER_LAG: &str = "tidemark_consumer_lag_records";
+/// Seconds the partition's lag takes to process at the partition's recent processing rate
+/// (one day when it has a lag and made no progress); labels `topic`, `partition`. See
+/// `coordinator::scaling` for the formula.
+pub const BACKLOG: &str = "tidemark_backlog_seconds";
+/// Members the group should have to keep its backlog under `kafka.target_backlog`, from this
+/// member's share of the input; the group's figure is the largest any member reports.
+pub const RECOMMENDED_MEMBERS: &str = "tidemark_recommended_members";
 /// Watermark records of the repartition hop applied by the second stage (committed): what
 /// carrying watermarks through the log costs. They are also in `tidemark_records_in_total` of the
 /// repartition topic.
@@ -105,6 +112,8 @@ pub const ALL: &[&str] = &[
     REBALANCES,
     ASSIGNED_PARTITIONS,
     CONSUMER_LAG,
+    BACKLOG,
+    RECOMMENDED_MEMBERS,
     UNOWNED_PARTITIONS,
     GROUP_WEDGES,
     HOP_WATERMARK_RECORDS,
@@ -205,6 +214,15 @@ pub fn describe() {
     describe_gauge!(
         CONSUMER_LAG,
         "Records from the position to the end of a partition."
+    );
+    describe_gauge!(
+        BACKLOG,
+        Unit::Seconds,
+        "Lag of a partition divided by its recent processing rate."
+    );
+    describe_gauge!(
+        RECOMMENDED_MEMBERS,
+        "Members the group should have to keep the backlog under the target."
     );
     describe_counter!(SINK_ROWS, "PostgreSQL sink: pane rows by outcome.");
     describe_counter!(SINK_DEAD_LETTERS, "PostgreSQL sink: dead letters written.");

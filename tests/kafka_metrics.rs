@@ -157,6 +157,11 @@ address = "127.0.0.1:{port}"
         consumer_lag.iter().all(|(_, v)| *v == 0.0),
         "{consumer_lag:?}"
     );
+    // The scaling signal: caught up, so no backlog anywhere, and one member is enough.
+    let backlog = series(&m, "tidemark_backlog_seconds");
+    assert_eq!(backlog.len(), PARTITIONS as usize, "{backlog:?}");
+    assert!(backlog.iter().all(|(_, v)| *v == 0.0), "{backlog:?}");
+    assert_eq!(m["tidemark_recommended_members"], 1.0);
     assert_eq!(m["tidemark_assigned_partitions"], PARTITIONS as f64);
     assert!(m["tidemark_state_size_bytes"] > 0.0);
     assert_eq!(

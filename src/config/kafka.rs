@@ -172,6 +172,12 @@ impl RawConfig {
             3_600_000,
             false,
         );
+        let target_backlog = c.duration(
+            "kafka.target_backlog",
+            k.target_backlog.as_deref(),
+            60_000,
+            true,
+        );
         let instance_id = k.instance_id.clone().unwrap_or_else(|| {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -201,6 +207,7 @@ impl RawConfig {
                 .clone()
                 .map(Into::into)
                 .unwrap_or_else(|| std::path::PathBuf::from("state").join(&app)),
+            target_backlog: target_backlog?,
             properties: k.properties.clone(),
             application_id: app,
         })

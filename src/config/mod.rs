@@ -203,6 +203,10 @@ pub struct RawKafka {
     /// RocksDB directory (default `state/<application_id>`).
     #[serde(default)]
     pub state_dir: Option<String>,
+    /// The backlog the scaling signal keeps the group under (default `"60s"`): see
+    /// `tidemark_recommended_members`.
+    #[serde(default)]
+    pub target_backlog: Option<String>,
     /// Any librdkafka property, for consumer and producer alike.
     #[serde(default)]
     pub properties: std::collections::BTreeMap<String, String>,
@@ -251,6 +255,8 @@ pub struct KafkaSpec {
     pub max_future_skew: i64,
     /// State directory.
     pub state_dir: std::path::PathBuf,
+    /// Target backlog of the scaling signal, in ms.
+    pub target_backlog: i64,
     /// Extra librdkafka properties.
     pub properties: std::collections::BTreeMap<String, String>,
 }

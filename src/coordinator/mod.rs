@@ -91,6 +91,7 @@ mod hop;
 mod parts;
 mod process;
 mod rebalance;
+mod scaling;
 mod setup;
 mod sources;
 mod telemetry;
@@ -249,6 +250,7 @@ pub fn run(
         _ => None,
     };
     let fingerprint = spec.fingerprint();
+    let input_partitions = layout.source_names.len();
     let owned_here = Arc::new(AtomicUsize::new(0));
     let mut topics: Vec<String> = k.input_topics.clone();
     if matches!(topology, Topology::Hop { .. }) {
@@ -288,12 +290,12 @@ pub fn run(
         counters: Counters::default(),
         owned_here: owned_here.clone(),
     }));
-    let consumer: BaseConsumer<RebalanceContext> = consumer_settings
-        .create_with_context(RebalanceContext {
-            core: core.clone(),
-            input_topics: k.input_topics.clone(),
-        })
-        .map_err(|e| RunError::Startup(format!("creating the consumer: {e}")))?;
+    let context = RebalanceContext::new(core.clone(), &k, input_partitions);
+    let idle = context.idle.clone();
+    let consumer: BaseConsumer<RebalanceContext> =
+        consumer_settings
+            .create_with_context(context)
+            .map_err(|e| RunError::Startup(format!("creating the consumer: {e}")))?;
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     consumer
         .subscribe(&names)
@@ -339,7 +341,7 @@ pub fn run(
             poll
         };
         for i in 0..POLL_BATCH {
-            let msg = consumer.poll(if i == 0 { timeout } else { Duration::ZERO });
+            let msg = idle.timed(|| consumer.poll(if i == 0 { timeout } else { Duration::ZERO }));
             let mut c = core.lock().expect("lock");
             if let Some(e) = c.fatal.take() {
                 result = Err(e);

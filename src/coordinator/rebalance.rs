@@ -398,14 +398,38 @@ fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
         .collect()
 }
 
-/// The consumer context: rebalance callbacks run the coordinator's assign and revoke.
+/// The consumer context: rebalance callbacks run the coordinator's assign and revoke; statistics
+/// reports feed the lag gauges and the scaling signal.
 pub struct RebalanceContext {
     pub(super) core: Arc<Mutex<Core>>,
     pub(super) input_topics: Vec<String>,
+    pub(super) scaling: Mutex<super::scaling::ScalingModel>,
+    /// Nanoseconds the loop has waited for records in all ([`super::scaling::Idle`]).
+    pub(super) idle: Arc<super::scaling::Idle>,
+}
+
+impl RebalanceContext {
+    /// The context of `k`'s consumer, over a pipeline with `input_partitions` input partitions.
+    pub(super) fn new(
+        core: Arc<Mutex<Core>>,
+        k: &crate::config::KafkaSpec,
+        input_partitions: usize,
+    ) -> Self {
+        RebalanceContext {
+            core,
+            input_topics: k.input_topics.clone(),
+            scaling: Mutex::new(super::scaling::ScalingModel::new(
+                k.target_backlog as f64 / 1000.0,
+                input_partitions,
+            )),
+            idle: Arc::default(),
+        }
+    }
 }
 
 impl ClientContext for RebalanceContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
+        let mut samples = Vec::new();
         for topic in statistics.topics.values() {
             if !self.input_topics.contains(&topic.topic) {
                 continue;
@@ -423,8 +447,29 @@ impl ClientContext for RebalanceContext {
                 if *p >= 0 && part.app_offset >= 0 && end >= 0 {
                     gauge!(m::CONSUMER_LAG, "topic" => topic.topic.clone(), "partition" => p.to_string())
                         .set((end - part.app_offset).max(0) as f64);
+                    samples.push(super::scaling::PartitionSample {
+                        topic: topic.topic.clone(),
+                        partition: *p,
+                        end,
+                        position: part.app_offset,
+                    });
                 }
             }
+        }
+        let (now, idle) = self.idle.seconds();
+        let signal = self
+            .scaling
+            .lock()
+            .expect("lock")
+            .observe(now, idle, &samples);
+        for (topic, p, seconds) in signal.backlog {
+            gauge!(m::BACKLOG, "topic" => topic, "partition" => p.to_string()).set(seconds);
+        }
+        for (topic, p) in signal.gone {
+            gauge!(m::BACKLOG, "topic" => topic, "partition" => p.to_string()).set(0.0);
+        }
+        if let Some(n) = signal.recommended_members {
+            gauge!(m::RECOMMENDED_MEMBERS).set(n as f64);
         }
     }
 }
