@@ -125,12 +125,19 @@ fn metric(body: &str, name: &str) -> f64 {
 }
 
 #[test]
-fn a_group_whose_leader_assigns_nothing_is_noticed_and_left() {
+fn on_a_broker_that_reports_no_assignments_the_watchdog_says_so_and_never_rejoins() {
+    // The test broker's group descriptions carry no assignment bytes, so the watchdog cannot
+    // tell a wedged group from a healthy one there. Here a rogue member leads the group and
+    // assigns nothing, and the member holds no partition for longer than the watchdog's bound:
+    // on a broker that reported assignments that is a wedge; on this one the watchdog must say
+    // that it is blind and never rejoin, since a member that holds nothing (beyond the partition
+    // count, or during a long rebalance) would otherwise leave and join again every bound, each
+    // time rebalancing the whole group. (The scale-step test found that false wedge.) The
+    // detection itself is tested without a broker: `kafka::group`'s unit tests.
     let broker = Broker::start();
     broker.create_topic("events", 3);
     let s = Scenario::generate(3, 2_000, 17);
     s.produce(&broker.addr, 500, Duration::ZERO).join().unwrap();
-    // The rogue leads the group from before the member joins, and assigns nothing to anyone.
     let rogue = rogue::Rogue::start(&broker.addr, "scn", &["events"]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while rogue.led.load(std::sync::atomic::Ordering::SeqCst) == 0 {
@@ -153,40 +160,29 @@ fn a_group_whose_leader_assigns_nothing_is_noticed_and_left() {
         ),
     )
     .unwrap();
-    let started = Instant::now();
-    let member = start_member(&cfg);
-    // Three session timeouts (6 s each) without an owner: the member says so, counts it, turns
-    // /readyz false, leaves the group and joins again.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let body = loop {
-        if let Some((200, body)) = http_get(port, "/metrics") {
-            if metric(&body, "tidemark_group_wedges_total") >= 1.0 {
-                break body;
-            }
-        }
-        assert!(Instant::now() < deadline, "the wedge was never noticed");
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    assert!(
-        started.elapsed() >= Duration::from_secs(18),
-        "noticed before the bound: {:?}",
-        started.elapsed()
+    let log = dir.path().join("m1.log");
+    let member = start_member_logged(&cfg, &log);
+    common::wait_for_log(
+        &log,
+        "the group watchdog cannot judge ownership on this broker",
+        1,
+        30,
     );
+    // Past the bound (three session timeouts of 6 s) with nothing assigned: no rejoin.
+    std::thread::sleep(Duration::from_secs(25));
+    let body = http_get(port, "/metrics").expect("metrics").1;
     assert!(
         rogue.led.load(std::sync::atomic::Ordering::SeqCst) >= 2,
         "the rogue did not lead the member's generation"
     );
-    assert_eq!(metric(&body, "tidemark_group_unowned_partitions"), 3.0);
-    assert_ne!(http_get(port, "/readyz").map(|(s, _)| s), Some(200));
+    assert_eq!(metric(&body, "tidemark_group_wedges_total"), 0.0);
+    assert_eq!(metric(&body, "tidemark_assigned_partitions"), 0.0);
+    let text = std::fs::read_to_string(&log).unwrap();
     assert!(
-        committed_values(&broker.addr, "panes").is_empty(),
-        "nothing was assigned, nothing can have been processed"
+        !text.contains("leaving and joining it again"),
+        "the member rejoined"
     );
-    // The test broker's group does not recover from this (it assigns nothing after the member's
-    // rejoin, with or without the rogue: see the README), so the test ends here: the member
-    // stops cleanly, having committed nothing.
     rogue.leave();
     assert!(stop_member(member).success());
     assert!(committed_values(&broker.addr, "panes").is_empty());
-    assert!(committed_values(&broker.addr, "dead").is_empty());
 }

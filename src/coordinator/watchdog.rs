@@ -5,9 +5,10 @@
 //! (`tidemark_group_wedges_total`), turns `/readyz` false, commits its open transaction, leaves the
 //! group and joins again as a new member.
 //!
-//! It only reads (the group description at each look, topic metadata once a minute); a look that fails, or a description
-//! that shows no owner at all while this member holds partitions (a broker that does not report
-//! assignments), decides nothing.
+//! It only reads (the group description at each look, topic metadata once a minute). A look that
+//! fails decides nothing, nor does a description without assignment bytes (a broker that does not
+//! report assignments: the test broker, Tansu, is one, so there the watchdog is blind and says so
+//! once) or one that shows no owner at all while this member holds partitions.
 
 use crate::config::KafkaSpec;
 use crate::kafka::group::{parse_assignment, unowned, Verdict, WedgeWatch};
@@ -154,27 +155,44 @@ fn look(
     said_blind: &mut bool,
 ) -> Option<Vec<(String, i32)>> {
     let list = client.fetch_group_list(Some(group), ASK_TIMEOUT).ok()?;
+    let mut blind = || {
+        if !*said_blind {
+            tracing::info!(
+                "the broker's group description carries no members or no assignments: the group \
+                 watchdog cannot judge ownership on this broker"
+            );
+            *said_blind = true;
+        }
+        None
+    };
+    let members: Vec<_> = list
+        .groups()
+        .iter()
+        .filter(|g| g.name() == group)
+        .flat_map(|g| g.members())
+        .collect();
+    // This member belongs to the group: a description without members says nothing.
+    if members.is_empty() {
+        return blind();
+    }
     let mut assignments = Vec::new();
-    for g in list.groups().iter().filter(|g| g.name() == group) {
-        for member in g.members() {
-            match parse_assignment(member.assignment().unwrap_or_default()) {
-                Ok(a) => assignments.push(a),
-                Err(e) => {
-                    tracing::debug!("group watchdog: member {}: {e}", member.id());
-                    return None;
-                }
+    for member in members {
+        // A consumer-protocol assignment, even of nothing, has a version and a topic count: no
+        // bytes at all mean the broker does not report assignments (Tansu never does).
+        let Some(bytes) = member.assignment().filter(|b| !b.is_empty()) else {
+            return blind();
+        };
+        match parse_assignment(bytes) {
+            Ok(a) => assignments.push(a),
+            Err(e) => {
+                tracing::debug!("group watchdog: member {}: {e}", member.id());
+                return None;
             }
         }
     }
     let owned_anywhere = assignments.iter().flatten().any(|(_, ps)| !ps.is_empty());
     if !owned_anywhere && owned_here.load(Ordering::Acquire) > 0 {
-        if !*said_blind {
-            tracing::info!(
-                "the broker's group description shows no assignment while this member holds \
-                 partitions: the group watchdog cannot judge ownership on this broker"
-            );
-            *said_blind = true;
-        }
+        // This member holds partitions, yet no assignment shows any: the description is stale.
         return None;
     }
     Some(unowned(counts, &assignments))
