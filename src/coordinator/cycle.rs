@@ -229,6 +229,7 @@ impl Core {
         self.counters.aborted += 1;
         counter!(m::TRANSACTIONS, "outcome" => "aborted").increment(1);
         self.batch = BatchOutcome::default();
+        self.clear_packs();
         let hop = matches!(self.topology, Topology::Hop { .. });
         let parts: Vec<i32> = self.parts.keys().copied().collect();
         for p in parts {

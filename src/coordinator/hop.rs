@@ -77,17 +77,19 @@ impl Core {
                     offset,
                     appended,
                 };
-                let mut value = std::mem::take(&mut self.hop_value);
-                value.clear();
-                hop::put_event(&mut value, &ev, origin);
+                // Events wait in their partition's pack until it is full or the cycle ends
+                // (the second stage reads only committed records, so waiting costs no latency).
                 let partition = hop::partition_for(ev.key.as_bytes(), partitions);
-                let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
-                    .partition(partition)
-                    .key(ev.key.as_bytes())
-                    .payload(value.as_slice());
-                let sent = self.send(record);
-                self.hop_value = value;
-                sent
+                if self.hop_packs.len() < partitions as usize {
+                    self.hop_packs
+                        .resize_with(partitions as usize, Default::default);
+                }
+                let pack = &mut self.hop_packs[partition as usize];
+                pack.push(&ev, origin);
+                if pack.is_full() {
+                    self.send_pack(partition)?;
+                }
+                Ok(())
             }
             Checked::Rejected {
                 reason,
@@ -108,6 +110,30 @@ impl Core {
                 self.dead_letter(msg.key(), msg.payload(), letter, reason.as_str())
             }
         }
+    }
+
+    /// Writes repartition partition `r`'s pack, if it holds events, and empties it.
+    fn send_pack(&mut self, r: i32) -> Result<(), CycleError> {
+        let Some(mut pack) = self
+            .hop_packs
+            .get_mut(r as usize)
+            .filter(|p| !p.is_empty())
+            .map(std::mem::take)
+        else {
+            return Ok(());
+        };
+        let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
+            .partition(r)
+            .payload(pack.finish());
+        let sent = self.send(record);
+        pack.clear();
+        self.hop_packs[r as usize] = pack;
+        sent
+    }
+
+    /// Drops the events of the packs not written yet (their transaction aborts).
+    pub(super) fn clear_packs(&mut self) {
+        self.hop_packs.iter_mut().for_each(hop::Pack::clear);
     }
 
     /// Second stage: reads what committed on the owned repartition partitions since the last
@@ -165,36 +191,30 @@ impl Core {
             self.batch_records += 1;
             self.dirty = true;
             let epoch = part.epoch;
-            let back = part.step.back_mut();
             let fatal = |e: crate::windowing::engine::EngineError| CycleError::Fatal(e.to_string());
             match decoded {
                 Ok(Decoded::Event(o)) if known(&o) => {
-                    back.clock(now).map_err(fatal)?;
-                    let (rejection, behind) = back.process(ev).map_err(fatal)?;
-                    let panes = back.take_panes();
-                    if let Some(b) = behind {
-                        self.lateness.record(b as f64 / 1000.0);
+                    self.second_stage_event(r.partition, ev, o, now)?;
+                }
+                Ok(Decoded::Events { count, max_topic })
+                    if count == 0 || usize::from(max_topic) < self.k.input_topics.len() =>
+                {
+                    let value = r.value.as_deref().expect("decoded from it");
+                    let mut reader = hop::PackReader::new(value).map_err(|e| {
+                        CycleError::Fatal(format!("a checked pack does not read: {e}"))
+                    })?;
+                    while let Some(o) = reader.next_into(ev).map_err(|e| {
+                        CycleError::Fatal(format!("a checked pack does not read: {e}"))
+                    })? {
+                        self.second_stage_event(r.partition, ev, o, now)?;
                     }
-                    if let Some(rej) = rejection {
-                        let letter = DeadLetter {
-                            reason: rej.reason.as_str().to_string(),
-                            topic: self.input_topic(o.topic).to_string(),
-                            partition: o.partition,
-                            offset: o.offset,
-                            watermark: rej.watermark,
-                            late_by_ms: rej.late_by_ms,
-                            detail: rej.detail,
-                            epoch,
-                        };
-                        let value = self.event_json(ev);
-                        self.dead_letter(
-                            Some(ev.key.as_bytes()),
-                            Some(value.as_bytes()),
-                            letter,
-                            Reason::Late.as_str(),
-                        )?;
-                    }
-                    self.send_panes(panes, epoch, o.appended)?;
+                    // `records_in` and the batch count events, not packs.
+                    let extra = u64::from(count).saturating_sub(1);
+                    self.parts
+                        .get_mut(&r.partition)
+                        .expect("checked above")
+                        .batch_in += extra;
+                    self.batch_records += extra as usize;
                 }
                 Ok(Decoded::Watermarks) if reports.iter().all(|(o, _)| known(o)) => {
                     self.batch.hop_watermarks += 1;
@@ -246,6 +266,46 @@ impl Core {
         Ok(())
     }
 
+    /// Second stage: one event of repartition partition `p`, from input record `o`.
+    fn second_stage_event(
+        &mut self,
+        p: i32,
+        ev: &Event,
+        o: Origin,
+        now: i64,
+    ) -> Result<(), CycleError> {
+        let part = self.parts.get_mut(&p).expect("checked by the caller");
+        let epoch = part.epoch;
+        let back = part.step.back_mut();
+        let fatal = |e: crate::windowing::engine::EngineError| CycleError::Fatal(e.to_string());
+        back.clock(now).map_err(fatal)?;
+        let (rejection, behind) = back.process(ev).map_err(fatal)?;
+        let panes = back.take_panes();
+        if let Some(b) = behind {
+            self.lateness.record(b as f64 / 1000.0);
+        }
+        if let Some(rej) = rejection {
+            let letter = DeadLetter {
+                reason: rej.reason.as_str().to_string(),
+                topic: self.input_topic(o.topic).to_string(),
+                partition: o.partition,
+                offset: o.offset,
+                watermark: rej.watermark,
+                late_by_ms: rej.late_by_ms,
+                detail: rej.detail,
+                epoch,
+            };
+            let value = self.event_json(ev);
+            self.dead_letter(
+                Some(ev.key.as_bytes()),
+                Some(value.as_bytes()),
+                letter,
+                Reason::Late.as_str(),
+            )?;
+        }
+        self.send_panes(panes, epoch, o.appended)
+    }
+
     /// A decoded event as JSON, the value of a dead letter of the second stage (the original
     /// bytes stayed in the input topic, at the dead letter's source coordinates).
     fn event_json(&self, ev: &Event) -> String {
@@ -264,6 +324,10 @@ impl Core {
     /// repartition partition when it changed (or its idle claim needs refreshing), and an offset
     /// marker to the offsets topic for each source the transaction consumed from.
     pub(super) fn produce_source_markers(&mut self) -> Result<(), CycleError> {
+        // The packs first: every event of the cycle lies before the watermark records below.
+        for r in 0..self.hop_packs.len() {
+            self.send_pack(r as i32)?;
+        }
         let now = wall_ms();
         self.refresh_caught_up(now);
         let partitions = match self.topology {

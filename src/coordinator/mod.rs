@@ -150,8 +150,8 @@ pub struct Core {
         crate::format::hop::Origin,
         crate::windowing::watermark::SourceWatermark,
     )>,
-    /// The first stage encodes every event record's value into this one buffer.
-    hop_value: Vec<u8>,
+    /// The first stage's packed event records being built, one per repartition partition.
+    hop_packs: Vec<crate::format::hop::Pack>,
     /// Per input partition, whether the raw log showed no data record after its position, the
     /// position it was looked at from, and when: a source is idle only when caught up.
     caught_up: HashMap<(String, i32), (bool, i64, Instant)>,
@@ -271,7 +271,7 @@ pub fn run(
         tailer,
         hop_event: Event::default(),
         hop_reports: Vec::new(),
-        hop_value: Vec::new(),
+        hop_packs: Vec::new(),
         caught_up: HashMap::new(),
         peeker: None,
         offsets_partitions: layout.offsets_partitions,
@@ -341,7 +341,7 @@ pub fn run(
             poll
         };
         for i in 0..POLL_BATCH {
-            let msg = idle.timed(|| consumer.poll(if i == 0 { timeout } else { Duration::ZERO }));
+            let msg = idle.poll(&consumer, if i == 0 { timeout } else { Duration::ZERO });
             let mut c = core.lock().expect("lock");
             if let Some(e) = c.fatal.take() {
                 result = Err(e);

@@ -13,6 +13,15 @@
 //! (`appended`: when the input record was appended to its topic, epoch ms, for the pane latency
 //! metric.)
 //!
+//! **Packed event records** carry many events bound for one repartition partition, so that the
+//! producer's and the fetch's per-record costs are paid once per pack instead of once per event
+//! (the first stage writes these; single event records are still read). They have no key, and
+//! their partition is still [`partition_for`] of each event's key. Their value:
+//!
+//! `1 | kind 3 | n u32 | n entries`, each entry `key length u16 | key (UTF-8) | event time i64 |
+//! source topic index u16 | source partition i32 | source offset i64 | appended i64 | m u8 |
+//! m values f64`.
+//!
 //! **Watermark records** carry watermark reports of sources
 //! ([`crate::windowing::watermark::SourceWatermark`]): at each commit, a first stage writes one
 //! record to every repartition partition, after the data it covers, holding the reports of all
@@ -38,6 +47,8 @@ const KIND_EVENT: u8 = 0;
 const KIND_WATERMARK: u8 = 1;
 /// The reports of several sources.
 const KIND_WATERMARKS: u8 = 2;
+/// Many events.
+const KIND_EVENTS: u8 = 3;
 
 /// Where a record came from: an input topic (by index), partition and offset, and when it was
 /// appended there.
@@ -61,6 +72,8 @@ pub enum HopRecord {
     Event(Event, Origin),
     /// Sources' watermark reports, in the order written; the origins' offsets are 0.
     Watermarks(Vec<(Origin, SourceWatermark)>),
+    /// The events of a packed record and the input records they came from, in the order written.
+    Events(Vec<(Event, Origin)>),
 }
 
 /// Why a repartition record does not decode (it was not written by the first stage).
@@ -88,6 +101,125 @@ pub fn put_event(out: &mut Vec<u8>, ev: &Event, origin: Origin) {
     out.push(ev.values.len() as u8);
     for v in &ev.values {
         out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// A packed event record being built (see the module documentation): events are appended, and
+/// [`Pack::finish`] gives the value to write.
+#[derive(Debug, Clone)]
+pub struct Pack {
+    buf: Vec<u8>,
+    events: u32,
+}
+
+impl Default for Pack {
+    fn default() -> Pack {
+        let mut buf = Vec::with_capacity(PACK_BYTES + 256);
+        buf.extend_from_slice(&[VERSION, KIND_EVENTS, 0, 0, 0, 0]);
+        Pack { buf, events: 0 }
+    }
+}
+
+/// A pack is written once it holds this many bytes (or at the end of the cycle).
+pub const PACK_BYTES: usize = 64 << 10;
+
+impl Pack {
+    /// Appends an event and the input record it came from.
+    pub fn push(&mut self, ev: &Event, origin: Origin) {
+        let key = ev.key.as_bytes();
+        let key_len = u16::try_from(key.len()).expect("grouping keys are shorter than 64 KiB");
+        self.buf.extend_from_slice(&key_len.to_le_bytes());
+        self.buf.extend_from_slice(key);
+        self.buf.extend_from_slice(&ev.ts.to_le_bytes());
+        self.buf.extend_from_slice(&origin.topic.to_le_bytes());
+        self.buf.extend_from_slice(&origin.partition.to_le_bytes());
+        self.buf.extend_from_slice(&origin.offset.to_le_bytes());
+        self.buf.extend_from_slice(&origin.appended.to_le_bytes());
+        self.buf.push(ev.values.len() as u8);
+        for v in &ev.values {
+            self.buf.extend_from_slice(&v.to_le_bytes());
+        }
+        self.events += 1;
+    }
+
+    /// How many events it holds.
+    pub fn len(&self) -> usize {
+        self.events as usize
+    }
+
+    /// Whether it holds no event.
+    pub fn is_empty(&self) -> bool {
+        self.events == 0
+    }
+
+    /// Whether it is full enough to be written now.
+    pub fn is_full(&self) -> bool {
+        self.buf.len() >= PACK_BYTES
+    }
+
+    /// The record's value, with the count written in.
+    pub fn finish(&mut self) -> &[u8] {
+        self.buf[2..6].copy_from_slice(&self.events.to_le_bytes());
+        &self.buf
+    }
+
+    /// Empties it for the next pack, keeping its buffer.
+    pub fn clear(&mut self) {
+        self.buf.truncate(6);
+        self.events = 0;
+    }
+}
+
+/// Reads the events of a packed record one at a time into a reused buffer.
+pub struct PackReader<'a> {
+    r: Reader<'a>,
+    left: u32,
+}
+
+impl<'a> PackReader<'a> {
+    /// A reader over a packed record's value (one [`decode_into`] accepted as
+    /// [`Decoded::Events`]).
+    pub fn new(value: &'a [u8]) -> Result<PackReader<'a>, HopError> {
+        let mut r = Reader(value);
+        if r.u8()? != VERSION || r.u8()? != KIND_EVENTS {
+            return Err(HopError("not a packed event record".into()));
+        }
+        let left = r.u32()?;
+        Ok(PackReader { r, left })
+    }
+
+    /// Decodes the next event into `ev` and returns its origin; `None` after the last.
+    pub fn next_into(&mut self, ev: &mut Event) -> Result<Option<Origin>, HopError> {
+        if self.left == 0 {
+            return if self.r.0.is_empty() {
+                Ok(None)
+            } else {
+                Err(HopError("trailing bytes".into()))
+            };
+        }
+        self.left -= 1;
+        let key_len = usize::from(self.r.u16()?);
+        if self.r.0.len() < key_len {
+            return Err(HopError("truncated".into()));
+        }
+        let (key, rest) = self.r.0.split_at(key_len);
+        self.r.0 = rest;
+        let key = std::str::from_utf8(key).map_err(|_| HopError("the key is not UTF-8".into()))?;
+        ev.key.clear();
+        ev.key.push_str(key);
+        ev.ts = self.r.i64()?;
+        let origin = Origin {
+            topic: self.r.u16()?,
+            partition: self.r.i32()?,
+            offset: self.r.i64()?,
+            appended: self.r.i64()?,
+        };
+        let n = self.r.u8()?;
+        ev.values.clear();
+        for _ in 0..n {
+            ev.values.push(self.r.f64()?);
+        }
+        Ok(Some(origin))
     }
 }
 
@@ -146,6 +278,9 @@ impl Reader<'_> {
     fn i32(&mut self) -> Result<i32, HopError> {
         Ok(i32::from_le_bytes(self.take()?))
     }
+    fn u32(&mut self) -> Result<u32, HopError> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
     fn i64(&mut self) -> Result<i64, HopError> {
         Ok(i64::from_le_bytes(self.take()?))
     }
@@ -190,6 +325,13 @@ pub enum Decoded {
     Event(Origin),
     /// Watermark reports: they are in the buffer given, in the order written.
     Watermarks,
+    /// A packed event record, every event well formed: read them with [`PackReader`].
+    Events {
+        /// How many events it holds.
+        count: u32,
+        /// The largest source topic index among them (0 when there are none).
+        max_topic: u16,
+    },
 }
 
 /// Decodes a repartition record from its key and value.
@@ -199,6 +341,14 @@ pub fn decode(key: Option<&[u8]>, value: &[u8]) -> Result<HopRecord, HopError> {
     Ok(match decode_into(key, value, &mut ev, &mut reports)? {
         Decoded::Event(origin) => HopRecord::Event(ev, origin),
         Decoded::Watermarks => HopRecord::Watermarks(reports),
+        Decoded::Events { .. } => {
+            let mut events = Vec::new();
+            let mut reader = PackReader::new(value)?;
+            while let Some(origin) = reader.next_into(&mut ev)? {
+                events.push((ev.clone(), origin));
+            }
+            HopRecord::Events(events)
+        }
     })
 }
 
@@ -245,6 +395,16 @@ pub fn decode_into(
                 reports.push(r.report()?);
             }
             Decoded::Watermarks
+        }
+        KIND_EVENTS => {
+            // Every event is checked here, so that a record is processed whole or not at all.
+            let mut reader = PackReader::new(value)?;
+            let (mut count, mut max_topic) = (0, 0);
+            while let Some(origin) = reader.next_into(ev)? {
+                count += 1;
+                max_topic = max_topic.max(origin.topic);
+            }
+            return Ok(Decoded::Events { count, max_topic });
         }
         other => return Err(HopError(format!("unknown kind {other}"))),
     };
@@ -348,6 +508,49 @@ mod tests {
             assert_eq!(got, Ok(Decoded::Event(origin)));
             assert_eq!(buf, ev);
         }
+    }
+
+    #[test]
+    fn packs_round_trip_and_are_checked_whole() {
+        let events: Vec<(Event, Origin)> = (0..5)
+            .map(|i| {
+                let ev = Event {
+                    key: format!("k{}", "é".repeat(i)),
+                    ts: 1_000 * i as i64 - 2,
+                    values: (0..i).map(|j| j as f64 * 0.5).collect(),
+                };
+                let origin = Origin {
+                    topic: i as u16,
+                    partition: 7,
+                    offset: 100 + i as i64,
+                    appended: 5 + i as i64,
+                };
+                (ev, origin)
+            })
+            .collect();
+        let mut pack = Pack::default();
+        assert!(pack.is_empty());
+        assert_eq!(decode(None, pack.finish()), Ok(HopRecord::Events(vec![])));
+        for (ev, origin) in &events {
+            pack.push(ev, *origin);
+        }
+        assert_eq!(pack.len(), 5);
+        let v = pack.finish().to_vec();
+        assert_eq!(decode(None, &v), Ok(HopRecord::Events(events.clone())));
+        // A record that is cut short or has bytes after its last event is refused as a whole.
+        for cut in [v.len() - 1, v.len() - 9, 7] {
+            assert!(decode(None, &v[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = v.clone();
+        longer.push(1);
+        assert!(decode(None, &longer).is_err());
+        // A pack is reused after `clear`.
+        pack.clear();
+        pack.push(&events[2].0, events[2].1);
+        assert_eq!(
+            decode(None, pack.finish()),
+            Ok(HopRecord::Events(vec![events[2].clone()]))
+        );
     }
 
     #[test]
