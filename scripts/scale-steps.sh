@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Scale steps under live load (tests/kafka_scale.rs at full strength): the two-stage pipeline on a
 # local Tansu broker grows from 1 member to 2, 4 and 6 and shrinks to 2, one step every 20 s, over
-# 60,000 null-keyed records on two topics of 6 partitions (CI runs it with 20,000); every pane and dead letter is judged
+# 60,000 null-keyed records on two topics of 6 partitions (CI runs it with 20,000 records and 30 s steps); every pane and dead letter is judged
 # exactly once from the raw log. Prints one `scale-step:` line per step (the pause until every
 # partition processes again, the changelog records restored) and the run's `scale:` summary.
 #
