@@ -12,15 +12,8 @@ use std::time::{Duration, Instant};
 const PARTITIONS: i32 = 3;
 const EVENTS: u64 = 3_000;
 
-/// Parses Prometheus text into `name{labels}` → value.
 fn parse(body: &str) -> BTreeMap<String, f64> {
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .filter_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            Some((name.to_string(), value.parse().ok()?))
-        })
-        .collect()
+    common::parse_metrics(body)
 }
 
 /// Sum of every series of `name` (any labels).

@@ -47,18 +47,12 @@ fn start(dir: &Path, broker: &str, id: &str) -> Member {
     }
 }
 
-/// Parses Prometheus text into `name{labels}` → value.
+/// A member's metrics, or none when it does not answer.
 fn scrape(port: u16) -> BTreeMap<String, f64> {
-    let Some((200, body)) = common::http_get(port, "/metrics") else {
-        return BTreeMap::new();
-    };
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .filter_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            Some((name.to_string(), value.parse().ok()?))
-        })
-        .collect()
+    match common::http_get(port, "/metrics") {
+        Some((200, body)) => common::parse_metrics(&body),
+        _ => BTreeMap::new(),
+    }
 }
 
 /// One sample of every member: committed records per partition series (summed over members,

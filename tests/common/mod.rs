@@ -456,6 +456,17 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     tidemark::http::request(&format!("http://127.0.0.1:{port}"), "GET", path, "", "").ok()
 }
 
+/// Parses Prometheus text into `name{labels}` → value.
+pub fn parse_metrics(body: &str) -> std::collections::BTreeMap<String, f64> {
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            Some((name.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
 /// A private PostgreSQL cluster (Debian's server packages, installed by scripts/install-deps.sh):
 /// `initdb` + `pg_ctl` on a free loopback port in a temporary directory, removed on drop. As root
 /// the server runs as the `postgres` user (it refuses to run as root).
