@@ -40,11 +40,78 @@ impl Checker {
         }
     }
 
+    /// Parses a size in bytes (`"256MiB"`, `"1GB"`, `"65536"`; KB/MB/GB are powers of 1000,
+    /// KiB/MiB/GiB of 1024), recording a violation when it is not one or is below `min`.
+    pub(super) fn size(
+        &mut self,
+        field: &str,
+        raw: Option<&str>,
+        default: usize,
+        min: usize,
+    ) -> Option<usize> {
+        let Some(raw) = raw else {
+            return Some(default);
+        };
+        match parse_size(raw) {
+            Some(n) if n >= min => Some(n),
+            Some(_) => {
+                self.fail(
+                    field,
+                    format!("{raw:?} is below the minimum of {min} bytes"),
+                );
+                None
+            }
+            None => {
+                self.fail(
+                    field,
+                    format!("{raw:?} is not a size: write e.g. \"256MiB\", \"1GB\" or bytes"),
+                );
+                None
+            }
+        }
+    }
+
     pub(super) fn path(&mut self, field: &str, raw: &str) -> Vec<String> {
         let segs: Vec<String> = raw.split('.').map(str::to_string).collect();
         if raw.is_empty() || segs.iter().any(|s| s.is_empty()) {
             self.fail(field, format!("field path {raw:?} has an empty segment"));
         }
         segs
+    }
+}
+
+/// A size in bytes: digits, then optionally B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB
+/// (powers of 1024), case-insensitive, spaces allowed between.
+pub(super) fn parse_size(raw: &str) -> Option<usize> {
+    let raw = raw.trim();
+    let digits = raw.find(|c: char| !c.is_ascii_digit()).unwrap_or(raw.len());
+    let n: usize = raw[..digits].parse().ok()?;
+    let unit: usize = match raw[digits..].trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(unit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_in_decimal_and_binary_units() {
+        assert_eq!(parse_size("256MiB"), Some(256 << 20));
+        assert_eq!(parse_size("1 GB"), Some(1_000_000_000));
+        assert_eq!(parse_size("64kib"), Some(65_536));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("12b"), Some(12));
+        for bad in ["", "MB", "1.5GB", "-1MB", "10 TB", "99999999999999999999GB"] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
     }
 }

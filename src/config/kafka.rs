@@ -178,6 +178,12 @@ impl RawConfig {
             60_000,
             true,
         );
+        let state_memory = c.size(
+            "kafka.state_memory",
+            k.state_memory.as_deref(),
+            crate::state::store::DEFAULT_MEMORY,
+            16 << 20,
+        );
         let instance_id = k.instance_id.clone().unwrap_or_else(|| {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -208,6 +214,7 @@ impl RawConfig {
                 .map(Into::into)
                 .unwrap_or_else(|| std::path::PathBuf::from("state").join(&app)),
             target_backlog: target_backlog?,
+            state_memory: state_memory?,
             properties: k.properties.clone(),
             application_id: app,
         })

@@ -207,6 +207,10 @@ pub struct RawKafka {
     /// `tidemark_recommended_members`.
     #[serde(default)]
     pub target_backlog: Option<String>,
+    /// Memory for all of RocksDB's column families together (default `"256MiB"`): the block
+    /// cache, with memtables charged to it.
+    #[serde(default)]
+    pub state_memory: Option<String>,
     /// Any librdkafka property, for consumer and producer alike.
     #[serde(default)]
     pub properties: std::collections::BTreeMap<String, String>,
@@ -257,6 +261,8 @@ pub struct KafkaSpec {
     pub state_dir: std::path::PathBuf,
     /// Target backlog of the scaling signal, in ms.
     pub target_backlog: i64,
+    /// RocksDB's memory budget, in bytes.
+    pub state_memory: usize,
     /// Extra librdkafka properties.
     pub properties: std::collections::BTreeMap<String, String>,
 }

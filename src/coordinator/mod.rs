@@ -76,7 +76,7 @@ use parts::{Part, Source};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::Offset;
-use setup::{codecs, ensure_topics};
+use setup::{codecs, ensure_topics, open_store};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -215,7 +215,7 @@ pub fn run(
     );
     std::fs::create_dir_all(&k.state_dir)
         .map_err(|e| RunError::Startup(format!("{}: {e}", k.state_dir.display())))?;
-    let store = StateStore::open(&k.state_dir).map_err(|e| RunError::Startup(e.to_string()))?;
+    let store = open_store(&k, &layout, mode)?;
     let deliveries = Arc::new(Deliveries::default());
     let producer: ThreadedProducer<TxnContext> = producer_config(&k)
         .create_with_context(TxnContext(deliveries.clone()))

@@ -1,4 +1,5 @@
-//! Startup: the topics the pipeline needs, and the input decoder and output encoder.
+//! Startup: the topics the pipeline needs, how the state store opens, and the input decoder and
+//! output encoder.
 
 use super::errors::RunError;
 use super::Mode;
@@ -7,6 +8,8 @@ use crate::config::{KafkaSpec, PipelineSpec};
 use crate::format::avro::{DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHEMA};
 use crate::format::{Encoder, OutputFormat};
 use crate::source::decode::Decoder;
+use crate::state::store::{StateStore, StoreConfig};
+use crate::windowing::engine::WINDOW_OPERATOR;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
@@ -22,6 +25,32 @@ pub(super) struct Layout {
     pub(super) offsets_partitions: i32,
     /// `topic/partition` of every input partition: the watermark sources of the hop.
     pub(super) source_names: Vec<String>,
+}
+
+/// Opens the state store within `k`'s memory budget, with a column family for every windowing
+/// partition this member may own (the repartition topic's partitions with the hop, the input's
+/// without), created together when the database opens instead of one at a time at assignment.
+pub(super) fn open_store(
+    k: &KafkaSpec,
+    layout: &Layout,
+    mode: Mode,
+) -> Result<StateStore, RunError> {
+    StateStore::open_with(&k.state_dir, &store_config(k, layout, mode))
+        .map_err(|e| RunError::Startup(e.to_string()))
+}
+
+fn store_config(k: &KafkaSpec, layout: &Layout, mode: Mode) -> StoreConfig {
+    let partitions = match mode {
+        Mode::Passthrough => 0,
+        Mode::Windows if k.repartition => layout.repartition_partitions,
+        Mode::Windows => layout.source_names.len() as i32,
+    };
+    StoreConfig {
+        memory: k.state_memory,
+        column_families: (0..partitions)
+            .map(|p| StateStore::cf_name(WINDOW_OPERATOR, p))
+            .collect(),
+    }
 }
 
 /// The partition counts of every topic in the cluster (topics without partitions left out).

@@ -394,7 +394,7 @@ fn start_of(stored: StoredOffsets) -> Option<(i64, i64)> {
 /// Local state is kept when it has stored offsets: only the changelog after its stored position
 /// is read and applied on top (nothing, when local state is current). Without stored offsets, or
 /// when the stored position lies past the log's end (the changelog was recreated), the column
-/// family is dropped and rebuilt from offset 0.
+/// family is emptied and rebuilt from offset 0.
 pub fn restore(
     store: &StateStore,
     cf: &str,
@@ -405,7 +405,7 @@ pub fn restore(
 ) -> Result<RestoreStats, RestoreError> {
     let stored = start_of(store.offsets(cf)?);
     if stored.is_none() {
-        store.drop_cf(cf)?;
+        store.clear_cf(cf)?;
     }
     match restore_from(
         store,
@@ -424,7 +424,7 @@ pub fn restore(
                 stored = ?stored,
                 "the stored changelog position is past the changelog's end: rebuilding local state from offset 0"
             );
-            store.drop_cf(cf)?;
+            store.clear_cf(cf)?;
             restore_from(
                 store,
                 cf,

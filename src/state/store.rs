@@ -6,11 +6,22 @@
 //! as the state, so they always agree), and the state's [`Lineage`]: the replay epoch and the
 //! pipeline fingerprint it was written under.
 //!
+//! Memory is one budget for the whole database, however many column families it holds
+//! ([`StoreConfig::memory`]): one block cache of that size, and a write buffer manager that charges
+//! every memtable to it and flushes when they pass half of it. Column families of the partitions a
+//! member may own are created when the database opens, all at once: RocksDB rewrites its OPTIONS
+//! file (every column family's options) at each `create_cf` and `drop_cf`, which made a member with
+//! 256 partitions spend most of its start in that file; a restore from scratch empties a column
+//! family instead of dropping it.
+//!
 //! Writes skip RocksDB's write-ahead log and the database uses atomic flush: after a crash the
 //! column families fall back together to one earlier flush point, and the stored offsets say which.
 //! The Kafka changelog, not the local WAL, is what makes state durable.
 
-use rocksdb::{ColumnFamilyDescriptor, Options, WriteBatch, WriteOptions};
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, Options, WriteBatch, WriteBufferManager,
+    WriteOptions,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -63,6 +74,47 @@ pub struct StoredOffsets {
 pub struct StateStore {
     db: Arc<Db>,
     path: PathBuf,
+    shared: Arc<Shared>,
+}
+
+/// How the database is opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Bytes of memory for all column families together: the block cache's size; memtables are
+    /// charged to it and flushed past half of it.
+    pub memory: usize,
+    /// Column families to have from the start (created together when the database opens).
+    pub column_families: Vec<String>,
+}
+
+/// The default memory budget: 256 MiB.
+pub const DEFAULT_MEMORY: usize = 256 << 20;
+
+impl Default for StoreConfig {
+    fn default() -> StoreConfig {
+        StoreConfig {
+            memory: DEFAULT_MEMORY,
+            column_families: Vec::new(),
+        }
+    }
+}
+
+/// What every column family shares: the block cache and the write buffer manager.
+struct Shared {
+    cache: Cache,
+    buffers: WriteBufferManager,
+}
+
+impl Shared {
+    fn new(memory: usize) -> Shared {
+        let cache = Cache::new_lru_cache(memory);
+        let buffers = WriteBufferManager::new_write_buffer_manager_with_cache(
+            memory / 2,
+            false,
+            cache.clone(),
+        );
+        Shared { cache, buffers }
+    }
 }
 
 impl std::fmt::Debug for StateStore {
@@ -73,8 +125,12 @@ impl std::fmt::Debug for StateStore {
     }
 }
 
-fn db_options() -> Options {
+fn db_options(shared: &Shared) -> Options {
     let mut o = Options::default();
+    o.set_write_buffer_manager(&shared.buffers);
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(&shared.cache);
+    o.set_block_based_table_factory(&table);
     o.create_if_missing(true);
     o.create_missing_column_families(true);
     o.set_atomic_flush(true);
@@ -88,23 +144,45 @@ fn db_options() -> Options {
 }
 
 impl StateStore {
-    /// Opens (or creates) the database at `path` with all its existing column families.
+    /// Opens (or creates) the database at `path` with all its existing column families and the
+    /// default memory budget.
     pub fn open(path: &Path) -> Result<StateStore, StoreError> {
-        let opts = db_options();
+        Self::open_with(path, &StoreConfig::default())
+    }
+
+    /// Opens (or creates) the database at `path` with all its existing column families and those
+    /// `config` lists, within `config`'s memory budget.
+    pub fn open_with(path: &Path, config: &StoreConfig) -> Result<StateStore, StoreError> {
+        let shared = Arc::new(Shared::new(config.memory));
+        let opts = db_options(&shared);
         let mut names = Db::list_cf(&opts, path).unwrap_or_default();
-        for required in ["default", META_CF] {
+        let wanted = ["default", META_CF]
+            .into_iter()
+            .chain(config.column_families.iter().map(String::as_str));
+        for required in wanted {
             if !names.iter().any(|n| n == required) {
                 names.push(required.to_string());
             }
         }
         let cfs = names
             .iter()
-            .map(|n| ColumnFamilyDescriptor::new(n, db_options()));
+            .map(|n| ColumnFamilyDescriptor::new(n, db_options(&shared)));
         let db = Db::open_cf_descriptors(&opts, path, cfs)?;
         Ok(StateStore {
             db: Arc::new(db),
             path: path.to_path_buf(),
+            shared,
         })
+    }
+
+    /// Bytes the memtables of every column family hold now (charged to the budget).
+    pub fn memtable_bytes(&self) -> usize {
+        self.shared.buffers.get_usage()
+    }
+
+    /// Bytes the block cache holds now, memtable charges included.
+    pub fn cache_bytes(&self) -> usize {
+        self.shared.cache.get_usage()
     }
 
     /// The database directory.
@@ -125,18 +203,28 @@ impl StateStore {
     /// Creates the column family if it does not exist.
     pub fn ensure_cf(&self, name: &str) -> Result<(), StoreError> {
         if self.db.cf_handle(name).is_none() {
-            self.db.create_cf(name, &db_options())?;
+            self.db.create_cf(name, &db_options(&self.shared))?;
         }
         Ok(())
     }
 
-    /// Drops a column family and its offsets (used before a restore from scratch).
-    pub fn drop_cf(&self, name: &str) -> Result<(), StoreError> {
-        if self.db.cf_handle(name).is_some() {
-            self.db.drop_cf(name)?;
+    /// Empties a column family and removes its offsets (before a restore from scratch). The
+    /// column family stays: dropping and creating it again would rewrite RocksDB's OPTIONS file
+    /// twice per partition.
+    pub fn clear_cf(&self, name: &str) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::default();
+        if let Some(cf) = self.db.cf_handle(name) {
+            let mut it = self.db.raw_iterator_cf(&cf);
+            it.seek_to_last();
+            if let Some(last) = it.key() {
+                // Every key sorts at or after the empty key and before the last key + 0x00.
+                let mut end = last.to_vec();
+                end.push(0);
+                batch.delete_range_cf(&cf, &[][..], &end[..]);
+            }
+            it.status()?;
         }
         let meta = self.meta_cf()?;
-        let mut batch = WriteBatch::default();
         batch.delete_cf(&meta, meta_key(name, "input"));
         batch.delete_cf(&meta, meta_key(name, "changelog"));
         batch.delete_cf(&meta, meta_key(name, "epoch"));
@@ -266,4 +354,61 @@ impl StateStore {
 
 fn meta_key(cf: &str, what: &str) -> Vec<u8> {
     format!("{cf}/{what}").into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clearing_a_column_family_empties_it_and_forgets_its_offsets_but_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            memory: 32 << 20,
+            column_families: vec!["window.p0".into(), "window.p1".into()],
+        };
+        let store = StateStore::open_with(dir.path(), &config).unwrap();
+        // The listed column families exist from the start.
+        for cf in &config.column_families {
+            assert!(store.db().cf_handle(cf).is_some(), "{cf}");
+        }
+        let keys: [&[u8]; 4] = [b"", b"a", b"\xff\xff\xff", b"\xff\xff\xff\xff\x00"];
+        for cf in ["window.p0", "window.p1"] {
+            let handle = store.db().cf_handle(cf).unwrap();
+            let mut batch = WriteBatch::default();
+            for k in keys {
+                batch.put_cf(&handle, k, b"v");
+            }
+            drop(handle);
+            let offsets = StoredOffsets {
+                input: Some(7),
+                changelog: Some(9),
+            };
+            store.put_offsets(&mut batch, cf, offsets).unwrap();
+            store.write(batch).unwrap();
+        }
+        store.clear_cf("window.p0").unwrap();
+        let count = |cf: &str| {
+            let handle = store.db().cf_handle(cf).unwrap();
+            store
+                .db()
+                .iterator_cf(&handle, rocksdb::IteratorMode::Start)
+                .count()
+        };
+        assert_eq!(count("window.p0"), 0);
+        assert_eq!(
+            store.offsets("window.p0").unwrap(),
+            StoredOffsets::default()
+        );
+        // The other column family is untouched.
+        assert_eq!(count("window.p1"), keys.len());
+        assert_eq!(store.offsets("window.p1").unwrap().input, Some(7));
+        // Clearing one that does not exist is no error.
+        store.clear_cf("window.p9").unwrap();
+        // Reopened with a smaller list, the column families made before are still there.
+        drop(store);
+        let store = StateStore::open(dir.path()).unwrap();
+        assert!(store.db().cf_handle("window.p1").is_some());
+        assert!(store.memtable_bytes() <= DEFAULT_MEMORY);
+    }
 }
