@@ -68,18 +68,8 @@ fn the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once(
         })
         .collect();
     // Live input spread over about the time the kills take (2.5 s apart on average).
-    let batch = 100;
-    let span_ms = (kills as u64 * 2_500).max(10_000);
-    let pause = Duration::from_millis(span_ms * batch as u64 / scenario.records.len() as u64);
-    let producer = scenario.produce(&broker.addr, batch, pause);
-    let first_output = Instant::now();
-    while hop::committed(&broker.addr).panes.is_empty() {
-        assert!(
-            first_output.elapsed() < Duration::from_secs(90),
-            "no output within 90 s of starting three members"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let producer = scenario.produce_over(&broker.addr, (kills as u64 * 2_500).max(10_000));
+    hop::wait_for_first_pane(&broker.addr, "three members");
 
     // The kills: a random member at a random moment, 1-4 s apart, restarted at once on its old
     // state directory or on an empty one, alternately.

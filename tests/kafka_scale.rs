@@ -161,18 +161,8 @@ fn the_group_grows_to_six_members_and_shrinks_to_two_under_load_exactly_once() {
 
     let mut members = vec![start(dir.path(), &broker.addr, "m1")];
     // Live input over the steps and more (the first output takes a while).
-    let span_ms = (STEPS.len() as u64 + 2) * step_s * 1000;
-    let batch = 100;
-    let pause = Duration::from_millis(span_ms * batch as u64 / scenario.records.len() as u64);
-    let producer = scenario.produce(&broker.addr, batch, pause);
-    let first_output = Instant::now();
-    while hop::committed(&broker.addr).panes.is_empty() {
-        assert!(
-            first_output.elapsed() < Duration::from_secs(90),
-            "no output within 90 s of starting one member"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let producer = scenario.produce_over(&broker.addr, (STEPS.len() as u64 + 2) * step_s * 1000);
+    hop::wait_for_first_pane(&broker.addr, "one member");
 
     // Input partitions and repartition partitions (as many as the largest input).
     let partitions = TOPICS.iter().map(|(_, n)| *n as usize).sum::<usize>() + 6;

@@ -151,6 +151,14 @@ impl HopScenario {
         HopScenario { records, cutoff }
     }
 
+    /// Produces the records live, 100 at a time, spread over about `span_ms`, in a background
+    /// thread.
+    pub fn produce_over(&self, broker: &str, span_ms: u64) -> std::thread::JoinHandle<()> {
+        let batch = 100;
+        let pause = Duration::from_millis(span_ms * batch as u64 / self.records.len() as u64);
+        self.produce(broker, batch, pause)
+    }
+
     /// Produces the records in a background thread, `batch` at a time with `pause` between.
     pub fn produce(
         &self,
@@ -269,6 +277,19 @@ pub struct Committed {
     pub dead: BTreeMap<(String, i32, i64, String), usize>,
     /// Records of transactions still open in the output and dead-letter topics.
     pub open: usize,
+}
+
+/// Waits until the output topic holds a committed pane; panics after 90 s, saying `who` was
+/// started.
+pub fn wait_for_first_pane(broker: &str, who: &str) {
+    let started = std::time::Instant::now();
+    while committed(broker).panes.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "no output within 90 s of starting {who}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Reads the output and dead-letter topics' committed records.
