@@ -140,6 +140,20 @@ fn the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once(
         if pass { "PASS" } else { "FAIL" }
     );
     if !pass {
+        // Every topic's raw log, for finding where a record went, while the broker is up.
+        hop::dump(
+            &broker.addr,
+            dir.path(),
+            &[
+                "hop-repartition",
+                "hop-changelog",
+                "hop-offsets",
+                "panes",
+                "dead",
+                "web",
+                "app",
+            ],
+        );
         let kept_dir: PathBuf = dir.keep();
         panic!(
             "chaos run failed (seed {seed0}); member logs and state kept in {}",

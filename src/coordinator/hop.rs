@@ -149,11 +149,12 @@ impl Core {
         let fetched = match tailer.poll(0, |r| records.push(r)) {
             Ok(n) => n,
             Err(e) => {
-                // A leader that moved, a broker that is busy: read again (from where the reads
-                // got to; nothing was processed of what failed).
+                // A leader that moved, a broker that is busy: read again from where the reads got
+                // to. The records handed on before the error (other partitions of the same
+                // response) are processed below: the tailer has moved past them.
                 tracing::warn!("reading the repartition topic: {e}");
                 std::thread::sleep(std::time::Duration::from_millis(100));
-                return Ok(0);
+                0
             }
         };
         let now = wall_ms();

@@ -1188,6 +1188,68 @@ pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicLog, RawLogError>
     Ok(log)
 }
 
+/// One record of a raw log as [`dump_topic`] lists it: the record, its batch's producer epoch,
+/// its control type (0 = ABORT, 1 = COMMIT) if it is a marker, and what the resolver made of it.
+#[derive(Debug, Clone)]
+pub struct DumpedRecord {
+    /// The record (a marker's key is its control key).
+    pub record: RawRecord,
+    /// The producer epoch of its batch.
+    pub epoch: i16,
+    /// For a transaction marker, its type.
+    pub control: Option<i16>,
+    /// "committed", "aborted" or "open" for data records; "marker" for markers.
+    pub fate: &'static str,
+}
+
+/// Every record of every partition of `topic`, markers included, with what the resolver made of
+/// each: for diagnosing a run after the fact (the tests dump the topics of a failed chaos run).
+pub fn dump_topic(bootstrap: &str, topic: &str) -> Result<Vec<DumpedRecord>, RawLogError> {
+    let mut reader = TopicReader::connect(bootstrap, topic)?;
+    let mut out = Vec::new();
+    for (&p, addr) in &reader.leaders()? {
+        let client = reader.conns.get(addr)?;
+        let (records, _) = fetch_partition(client, topic, p, 0, 0)?;
+        let mut committed = std::collections::BTreeSet::new();
+        let log = resolve_records(p, 0, records.iter().cloned(), |r| {
+            committed.insert(r.offset);
+            Ok::<(), RawLogError>(())
+        })?;
+        for r in records {
+            let control = if r.control { control_type(&r) } else { None };
+            let fate = if r.control {
+                "marker"
+            } else if committed.contains(&r.offset) {
+                "committed"
+            } else if log.aborted_offsets.binary_search(&r.offset).is_ok() {
+                "aborted"
+            } else {
+                "open"
+            };
+            out.push(DumpedRecord {
+                epoch: r.producer_epoch,
+                control,
+                fate,
+                record: RawRecord {
+                    partition: p,
+                    offset: r.offset,
+                    producer_id: r.producer_id,
+                    transactional: r.transactional,
+                    timestamp: r.timestamp,
+                    key: r.key,
+                    value: r.value,
+                    headers: r
+                        .headers
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), v))
+                        .collect(),
+                },
+            });
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

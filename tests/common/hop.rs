@@ -481,3 +481,86 @@ fn common_problems(got: &Committed) -> Vec<String> {
     }
     problems
 }
+
+/// Writes every record of `topics` (markers included, with producer id, epoch and what the
+/// resolver made of each) to `<dir>/dump-<topic>.txt`; repartition records are decoded (a pack's
+/// events as key, event time and input coordinates). For diagnosing a failed run while its broker
+/// is still up.
+pub fn dump(broker: &str, dir: &std::path::Path, topics: &[&str]) {
+    use std::fmt::Write as _;
+    for topic in topics {
+        let records = match tidemark::kafka::raw_log::dump_topic(broker, topic) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("dump of {topic} failed: {e}");
+                continue;
+            }
+        };
+        let mut text = String::new();
+        for d in &records {
+            let r = &d.record;
+            let _ = write!(
+                text,
+                "{} {} pid={} epoch={} ts={} {}",
+                r.partition, r.offset, r.producer_id, d.epoch, r.timestamp, d.fate
+            );
+            if let Some(c) = d.control {
+                let _ = writeln!(text, " {}", if c == 1 { "COMMIT" } else { "ABORT" });
+                continue;
+            }
+            for (k, v) in &r.headers {
+                let v = v
+                    .as_deref()
+                    .map(String::from_utf8_lossy)
+                    .unwrap_or_default();
+                let _ = write!(text, " h:{k}={v}");
+            }
+            let key = r.key.as_deref().map(String::from_utf8_lossy);
+            let _ = write!(text, " key={key:?}");
+            let value = r.value.as_deref().unwrap_or_default();
+            if topic.ends_with("-repartition") {
+                match tidemark::format::hop::decode(r.key.as_deref(), value) {
+                    Ok(tidemark::format::hop::HopRecord::Events(evs)) => {
+                        let _ = write!(text, " events={}:", evs.len());
+                        for (ev, o) in evs {
+                            let _ = write!(
+                                text,
+                                " [{} {} t{}/{}@{}]",
+                                ev.key, ev.ts, o.topic, o.partition, o.offset
+                            );
+                        }
+                    }
+                    Ok(tidemark::format::hop::HopRecord::Event(ev, o)) => {
+                        let _ = write!(
+                            text,
+                            " event [{} {} t{}/{}@{}]",
+                            ev.key, ev.ts, o.topic, o.partition, o.offset
+                        );
+                    }
+                    Ok(tidemark::format::hop::HopRecord::Watermarks(reports)) => {
+                        let _ = write!(text, " watermarks:");
+                        for (o, w) in reports {
+                            let _ = write!(
+                                text,
+                                " [t{}/{} wm={} idle={:?}]",
+                                o.topic, o.partition, w.watermark, w.idle_at
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        let _ = write!(text, " undecodable: {e}");
+                    }
+                }
+            } else if let Ok(v) = std::str::from_utf8(value) {
+                let _ = write!(text, " value={v}");
+            } else {
+                let _ = write!(text, " value=<{} bytes>", value.len());
+            }
+            text.push('\n');
+        }
+        let path = dir.join(format!("dump-{topic}.txt"));
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("writing {}: {e}", path.display());
+        }
+    }
+}
