@@ -75,7 +75,7 @@ use metrics::{histogram, Histogram};
 use parts::{Part, Source};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{Producer, ThreadedProducer};
-use rdkafka::Offset;
+use rdkafka::{ClientConfig, Offset};
 use setup::{codecs, ensure_topics, open_store};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -99,6 +99,7 @@ mod watchdog;
 
 pub use errors::RunError;
 pub use rebalance::RebalanceContext;
+use rebalance::Rejoin;
 
 /// What `run` does with each record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,16 +291,19 @@ pub fn run(
         counters: Counters::default(),
         owned_here: owned_here.clone(),
     }));
-    let context = RebalanceContext::new(core.clone(), &k, input_partitions);
-    let idle = context.idle.clone();
-    let consumer: BaseConsumer<RebalanceContext> =
-        consumer_settings
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let join = |settings: &ClientConfig| -> Result<_, RunError> {
+        let context = RebalanceContext::new(core.clone(), &k, input_partitions);
+        let idle = context.idle.clone();
+        let consumer: BaseConsumer<RebalanceContext> = settings
             .create_with_context(context)
             .map_err(|e| RunError::Startup(format!("creating the consumer: {e}")))?;
-    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-    consumer
-        .subscribe(&names)
-        .map_err(|e| RunError::Startup(format!("subscribing: {e}")))?;
+        consumer
+            .subscribe(&names)
+            .map_err(|e| RunError::Startup(format!("subscribing: {e}")))?;
+        Ok((consumer, idle))
+    };
+    let (mut consumer, mut idle) = join(&consumer_settings)?;
     let watchdog = Watchdog::start(&k, topics.clone(), owned_here).ok();
     let poll = Duration::from_millis((k.commit_interval as u64 / 4).clamp(1, 50));
     // The second stage reads the repartition topic every few milliseconds (at once again while it
@@ -311,9 +315,23 @@ pub fn run(
     let mut result = Ok(());
     'run: while !shutdown.load(Ordering::Relaxed) {
         if let Some(w) = watchdog.as_ref().filter(|w| w.take_rejoin()) {
-            if let Err(e) = rebalance::rejoin(&core, &consumer, &names, w.bound_ms) {
-                result = Err(e);
-                break 'run;
+            match rebalance::rejoin(&core, &consumer, &names, w.bound_ms) {
+                Err(e) => {
+                    result = Err(e);
+                    break 'run;
+                }
+                Ok(Rejoin::Subscribed) => {}
+                Ok(Rejoin::AsDynamicMember) => {
+                    // A fresh membership: a new consumer without `group.instance.id`. The old one
+                    // holds nothing any more (its partitions were revoked on leaving).
+                    let mut settings = consumer_settings.clone();
+                    settings.remove("group.instance.id");
+                    drop(consumer);
+                    match join(&settings) {
+                        Ok((c, i)) => (consumer, idle) = (c, i),
+                        Err(e) => return Err(e),
+                    }
+                }
             }
         }
         let tailing = core

@@ -547,21 +547,37 @@ impl Core {
     }
 }
 
-/// Leaves the group and joins it again as a new member, after the group watchdog found
-/// partitions without an owner for longer than `bound_ms`: logs it, counts it, turns `/readyz`
-/// false and commits the open transaction first (the revocation that leaving brings commits
-/// nothing more). The core must not be locked by the caller: leaving runs the rebalance callback.
+/// How [`rejoin`] left the member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rejoin {
+    /// Subscribed again with the same consumer: the next poll joins as a new member.
+    Subscribed,
+    /// A static member left and removed its registration (where the broker supports it); the
+    /// caller joins again with a new consumer as a dynamic member. A broker that keeps a static
+    /// member's registration (the test broker never evicts a static member that stopped
+    /// heartbeating while only static members join, which is how it wedges) cannot hand the new
+    /// membership the old one's place.
+    AsDynamicMember,
+}
+
+/// Leaves the group after the group watchdog found partitions without an owner for longer than
+/// `bound_ms`: logs it, counts it, turns `/readyz` false and commits the open transaction first
+/// (the revocation that leaving brings commits nothing more). A dynamic member subscribes again
+/// at once; a static one gives up its static membership for the rest of the process's life (see
+/// [`Rejoin::AsDynamicMember`]). The core must not be locked by the caller: leaving runs the
+/// rebalance callback.
 pub(super) fn rejoin<C: ConsumerContext>(
     core: &Mutex<Core>,
     consumer: &BaseConsumer<C>,
     topics: &[&str],
     bound_ms: i64,
-) -> Result<(), RunError> {
+) -> Result<Rejoin, RunError> {
     // What the static registration's removal needs is taken while the core is locked anyway.
     let k = {
         let mut c = core.lock().expect("lock");
         tracing::error!(
             bound_ms,
+            static_membership = c.k.static_membership,
             "the consumer group has left partitions without an owner for longer than the bound: \
              leaving and joining it again as a new member"
         );
@@ -572,18 +588,22 @@ pub(super) fn rejoin<C: ConsumerContext>(
         c.k.clone()
     };
     consumer.unsubscribe();
-    // A static member does not leave when it unsubscribes: remove its registration, so that it
-    // joins as a new member (where the broker supports it; otherwise it rejoins as it was).
-    if k.static_membership {
-        if let Err(e) = crate::kafka::group::remove_static_members(
-            &k.bootstrap_servers,
-            &k.application_id,
-            &[k.instance_id.as_str()],
-        ) {
-            tracing::warn!("removing this member's static registration before rejoining: {e}");
-        }
+    if !k.static_membership {
+        consumer
+            .subscribe(topics)
+            .map_err(|e| RunError::Fatal(format!("subscribing again: {e}")))?;
+        return Ok(Rejoin::Subscribed);
     }
-    consumer
-        .subscribe(topics)
-        .map_err(|e| RunError::Fatal(format!("subscribing again: {e}")))
+    // A static member does not leave when it unsubscribes: remove its registration.
+    if let Err(e) = crate::kafka::group::remove_static_members(
+        &k.bootstrap_servers,
+        &k.application_id,
+        &[k.instance_id.as_str()],
+    ) {
+        tracing::warn!("removing this member's static registration before rejoining: {e}");
+    }
+    tracing::warn!(
+        "rejoining as a dynamic member: static membership is given up until this member restarts"
+    );
+    Ok(Rejoin::AsDynamicMember)
 }

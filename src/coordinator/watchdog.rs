@@ -6,15 +6,25 @@
 //! group and joins again as a new member.
 //!
 //! It only reads (the group description at each look, topic metadata once a minute). A look that
-//! fails decides nothing, nor does a description without assignment bytes (a broker that does not
-//! report assignments: the test broker, Tansu, is one, so there the watchdog is blind and says so
-//! once) or one that shows no owner at all while this member holds partitions.
+//! fails decides nothing, nor does a description that shows no owner at all while this member
+//! holds partitions.
+//!
+//! A broker whose descriptions carry no assignment bytes (the test broker, Tansu, is one) cannot
+//! say who owns what. There the watchdog says so once and judges from the log instead
+//! ([`crate::kafka::group::StallWatch`]): a partition counts as without an owner while the raw log
+//! holds a data record at or after the group's committed offset and that offset does not move.
+//! Only a member that holds no partition acts on it: one that holds some is itself part of the
+//! group's progress, and rejoining would only rebalance the others. After each rejoin that did
+//! not bring progress the bound doubles (up to 16 times), so that a partition that is slow rather
+//! than ownerless (a long restore) is not rebalanced again and again.
 
 use crate::config::KafkaSpec;
-use crate::kafka::group::{parse_assignment, unowned, Verdict, WedgeWatch};
+use crate::kafka::group::{parse_assignment, unowned, StallWatch, Standing, Verdict, WedgeWatch};
+use crate::kafka::raw_log::Peeker;
 use crate::metrics as m;
 use metrics::gauge;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -71,16 +81,29 @@ impl Watchdog {
             .and_then(|v| v.parse::<i64>().ok())
             .unwrap_or(DEFAULT_SESSION_TIMEOUT_MS);
         let bound_ms = SESSION_TIMEOUTS * session;
+        // The group id lets the client read the group's committed offsets (it never joins: it does
+        // not subscribe).
         let client: BaseConsumer = crate::source::base_config(k)
+            .set("group.id", &k.application_id)
             .create()
             .map_err(|e| format!("creating the group watchdog's client: {e}"))?;
         let rejoin = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let group = k.application_id.clone();
+        let bootstrap = k.bootstrap_servers.clone();
         let (r, s) = (rejoin.clone(), stop.clone());
         std::thread::Builder::new()
             .name("tidemark-watchdog".into())
-            .spawn(move || watch(client, group, topics, owned_here, bound_ms, r, s))
+            .spawn(move || {
+                let watched = Watched {
+                    client,
+                    group,
+                    bootstrap,
+                    topics,
+                    owned_here,
+                };
+                watch(watched, bound_ms, r, s)
+            })
             .map_err(|e| format!("starting the group watchdog: {e}"))?;
         Ok(Watchdog {
             rejoin,
@@ -95,17 +118,24 @@ impl Watchdog {
     }
 }
 
-/// The watchdog thread's loop.
-fn watch(
+/// What the watchdog thread looks at.
+struct Watched {
     client: BaseConsumer,
     group: String,
+    bootstrap: String,
     topics: Vec<String>,
     owned_here: Arc<AtomicUsize>,
-    bound_ms: i64,
-    rejoin: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-) {
-    let mut w = WedgeWatch::new(bound_ms);
+}
+
+/// The longest bound, as a multiple of the first, after rejoins that brought no progress.
+const MAX_BACKOFF: i64 = 16;
+
+/// The watchdog thread's loop.
+fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicBool>, stop: Arc<AtomicBool>) {
+    let mut wedge = WedgeWatch::new(bound_ms);
+    let mut backoff = 1;
+    let mut stalls = StallWatch::default();
+    let mut peeker: Option<Peeker> = None;
     let mut said_blind = false;
     let mut counts: Option<(std::time::Instant, BTreeMap<String, i32>)> = None;
     while !stop.load(Ordering::Relaxed) {
@@ -114,20 +144,105 @@ fn watch(
             .as_ref()
             .is_none_or(|(at, _)| at.elapsed() >= RECOUNT_EVERY)
         {
-            counts = partition_counts(&client, &topics).map(|c| (std::time::Instant::now(), c));
+            counts = partition_counts(&w.client, &w.topics).map(|c| (std::time::Instant::now(), c));
         }
         let Some((_, counts)) = &counts else {
             continue;
         };
-        let Some(unowned) = look(&client, &group, counts, &owned_here, &mut said_blind) else {
-            continue;
+        let unowned = match look(&w.client, &w.group, counts, &w.owned_here) {
+            Look::Unowned(unowned) => unowned,
+            Look::Unknown => continue,
+            Look::Blind => {
+                if !said_blind {
+                    tracing::info!(
+                        "the broker's group description carries no members or no assignments: \
+                         the group watchdog judges from the log (partitions whose committed \
+                         offset stays put while records wait after it)"
+                    );
+                    said_blind = true;
+                }
+                let Some(standings) = standings(&w, counts, &mut peeker) else {
+                    continue;
+                };
+                let stalled = stalls.observe(&standings);
+                if w.owned_here.load(Ordering::Acquire) > 0 {
+                    // Part of the group's progress: not this member's call.
+                    Vec::new()
+                } else {
+                    stalled
+                }
+            }
         };
         gauge!(m::UNOWNED_PARTITIONS).set(unowned.len() as f64);
-        if w.observe(crate::clock::wall_ms(), &unowned) == Verdict::Wedged {
-            rejoin.store(true, Ordering::Release);
-            w.reset();
+        match wedge.observe(crate::clock::wall_ms(), &unowned) {
+            Verdict::Wedged => {
+                rejoin.store(true, Ordering::Release);
+                // Wait longer before the next rejoin unless progress comes in between.
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                wedge = WedgeWatch::new(bound_ms * backoff);
+            }
+            Verdict::Owned if backoff > 1 => {
+                backoff = 1;
+                wedge = WedgeWatch::new(bound_ms);
+            }
+            _ => {}
         }
     }
+}
+
+/// Where each partition of the topics in `counts` stands: the group's committed offset and
+/// whether the raw log holds a data record at or after it; `None` when the broker does not
+/// answer.
+fn standings(
+    w: &Watched,
+    counts: &BTreeMap<String, i32>,
+    peeker: &mut Option<Peeker>,
+) -> Option<BTreeMap<(String, i32), Standing>> {
+    let mut tpl = TopicPartitionList::new();
+    for (t, n) in counts {
+        for p in 0..*n {
+            tpl.add_partition(t, p);
+        }
+    }
+    let committed = w.client.committed_offsets(tpl, ASK_TIMEOUT).ok()?;
+    if peeker.is_none() {
+        *peeker = Peeker::connect(&w.bootstrap).ok();
+    }
+    let peek = peeker.as_mut()?;
+    let mut out = BTreeMap::new();
+    for (t, n) in counts {
+        let at: Vec<(i32, Option<i64>)> = (0..*n)
+            .map(|p| {
+                let offset = committed
+                    .find_partition(t, p)
+                    .and_then(|e| match e.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    });
+                (p, offset)
+            })
+            .collect();
+        let wanted: Vec<(i32, i64)> = at.iter().map(|&(p, o)| (p, o.unwrap_or(0))).collect();
+        let data = match peek.data_after(t, &wanted) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::debug!("group watchdog: reading {t}: {e}");
+                *peeker = None;
+                return None;
+            }
+        };
+        for (p, committed) in at {
+            let data_after = *data.get(&p)?;
+            out.insert(
+                (t.clone(), p),
+                Standing {
+                    committed,
+                    data_after,
+                },
+            );
+        }
+    }
+    Some(out)
 }
 
 /// How long one question to the broker may take.
@@ -145,25 +260,25 @@ fn partition_counts(client: &BaseConsumer, topics: &[String]) -> Option<BTreeMap
     Some(counts)
 }
 
-/// One look: the partitions of the topics in `counts` that no member of `group` owns, or `None`
-/// when the look cannot tell.
+/// What one look at the group's description says.
+enum Look {
+    /// The partitions of the watched topics that no member owns.
+    Unowned(Vec<(String, i32)>),
+    /// The description carries no members or no assignments: the broker does not say.
+    Blind,
+    /// The look failed, or what it found cannot be trusted.
+    Unknown,
+}
+
+/// One look at the group's description.
 fn look(
     client: &BaseConsumer,
     group: &str,
     counts: &BTreeMap<String, i32>,
     owned_here: &AtomicUsize,
-    said_blind: &mut bool,
-) -> Option<Vec<(String, i32)>> {
-    let list = client.fetch_group_list(Some(group), ASK_TIMEOUT).ok()?;
-    let mut blind = || {
-        if !*said_blind {
-            tracing::info!(
-                "the broker's group description carries no members or no assignments: the group \
-                 watchdog cannot judge ownership on this broker"
-            );
-            *said_blind = true;
-        }
-        None
+) -> Look {
+    let Ok(list) = client.fetch_group_list(Some(group), ASK_TIMEOUT) else {
+        return Look::Unknown;
     };
     let members: Vec<_> = list
         .groups()
@@ -173,27 +288,27 @@ fn look(
         .collect();
     // This member belongs to the group: a description without members says nothing.
     if members.is_empty() {
-        return blind();
+        return Look::Blind;
     }
     let mut assignments = Vec::new();
     for member in members {
         // A consumer-protocol assignment, even of nothing, has a version and a topic count: no
         // bytes at all mean the broker does not report assignments (Tansu never does).
         let Some(bytes) = member.assignment().filter(|b| !b.is_empty()) else {
-            return blind();
+            return Look::Blind;
         };
         match parse_assignment(bytes) {
             Ok(a) => assignments.push(a),
             Err(e) => {
                 tracing::debug!("group watchdog: member {}: {e}", member.id());
-                return None;
+                return Look::Unknown;
             }
         }
     }
     let owned_anywhere = assignments.iter().flatten().any(|(_, ps)| !ps.is_empty());
     if !owned_anywhere && owned_here.load(Ordering::Acquire) > 0 {
         // This member holds partitions, yet no assignment shows any: the description is stale.
-        return None;
+        return Look::Unknown;
     }
-    Some(unowned(counts, &assignments))
+    Look::Unowned(unowned(counts, &assignments))
 }

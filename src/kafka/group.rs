@@ -161,6 +161,45 @@ impl WedgeWatch {
     }
 }
 
+/// Where one partition stands at one look, for a broker whose group descriptions say nothing of
+/// ownership: the group's committed offset (a hint the commit cycle writes into each
+/// transaction; `None` before the first commit) and whether the raw log holds a data record at or
+/// after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    /// The group's committed offset.
+    pub committed: Option<i64>,
+    /// Whether a data record lies at or after it.
+    pub data_after: bool,
+}
+
+/// Finds stalled partitions when ownership cannot be read (the test broker reports no
+/// assignments): a partition is stalled at a look when the log holds work for it (a data record at
+/// or after its committed offset) and its committed offset has not moved since the previous look.
+/// A partition that stays stalled for longer than [`WedgeWatch`]'s bound has had no owner making
+/// progress on it for that long, whoever the broker thinks owns it.
+#[derive(Debug, Clone, Default)]
+pub struct StallWatch {
+    last: BTreeMap<(String, i32), Option<i64>>,
+}
+
+impl StallWatch {
+    /// Takes a look that found `standings`; returns the partitions stalled at this look, sorted.
+    /// A partition seen for the first time is not stalled yet (nothing to compare with).
+    pub fn observe(&mut self, standings: &BTreeMap<(String, i32), Standing>) -> Vec<(String, i32)> {
+        let stalled = standings
+            .iter()
+            .filter(|(p, s)| s.data_after && self.last.get(*p) == Some(&s.committed))
+            .map(|(p, _)| p.clone())
+            .collect();
+        self.last = standings
+            .iter()
+            .map(|(p, s)| (p.clone(), s.committed))
+            .collect();
+        stalled
+    }
+}
+
 /// Removes static members from `group` by their instance ids, as Kafka's admin
 /// `removeMembersFromConsumerGroup` does (KIP-345: a LeaveGroup, version 3, naming instance ids, to
 /// the group's coordinator). A static member does not leave when it stops; this is how its
@@ -244,6 +283,65 @@ mod tests {
             None => out.extend_from_slice(&(-1i32).to_be_bytes()),
         }
         out
+    }
+
+    fn standing(committed: Option<i64>, data_after: bool) -> Standing {
+        Standing {
+            committed,
+            data_after,
+        }
+    }
+
+    #[test]
+    fn a_partition_is_stalled_when_its_offset_stays_put_while_the_log_holds_work() {
+        let p = |n| ("web".to_string(), n);
+        let mut w = StallWatch::default();
+        let look = |a: Standing, b: Standing| BTreeMap::from([(p(0), a), (p(1), b)]);
+        // First look: nothing to compare with.
+        assert!(w
+            .observe(&look(standing(Some(5), true), standing(None, true)))
+            .is_empty());
+        // Partition 0 moved; partition 1 has work and never committed.
+        assert_eq!(
+            w.observe(&look(standing(Some(9), true), standing(None, true))),
+            vec![p(1)]
+        );
+        // Partition 0 stays put with work after it; partition 1 stays put but is caught up.
+        assert_eq!(
+            w.observe(&look(standing(Some(9), true), standing(None, false))),
+            vec![p(0)]
+        );
+        // Both move or are caught up: nothing stalled.
+        assert!(w
+            .observe(&look(standing(Some(12), true), standing(Some(3), false)))
+            .is_empty());
+    }
+
+    #[test]
+    fn stalled_looks_for_longer_than_the_bound_call_the_group_wedged() {
+        let p = |n| ("web".to_string(), n);
+        let mut stall = StallWatch::default();
+        let mut wedge = WedgeWatch::new(10_000);
+        let stuck = BTreeMap::from([(p(0), standing(Some(4), true))]);
+        let mut verdicts = Vec::new();
+        for t in 0..8 {
+            let stalled = stall.observe(&stuck);
+            verdicts.push(wedge.observe(t * 2_000, &stalled));
+        }
+        assert_eq!(
+            verdicts[0],
+            Verdict::Owned,
+            "the first look compares nothing"
+        );
+        assert_eq!(verdicts[1], Verdict::Waiting(0));
+        assert_eq!(verdicts[6], Verdict::Waiting(10_000));
+        assert_eq!(verdicts[7], Verdict::Wedged);
+        // Progress at any look starts the wait again.
+        let moved = BTreeMap::from([(p(0), standing(Some(5), true))]);
+        assert_eq!(
+            wedge.observe(16_000, &stall.observe(&moved)),
+            Verdict::Owned
+        );
     }
 
     #[test]
