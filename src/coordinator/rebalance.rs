@@ -141,14 +141,8 @@ impl Core {
         pre: Option<Restored<RestoreStats>>,
     ) -> Result<(String, RestoreStats), RunError> {
         let cf = StateStore::cf_name(WINDOW_OPERATOR, p);
-        let (stats, took) = match pre {
-            Some(done) => (done.result?, done.took),
-            None => {
-                let started = Instant::now();
-                let stats = self.restore_partition(&cf, p)?;
-                (stats, started.elapsed())
-            }
-        };
+        let done = pre.unwrap_or_else(|| timed(|| self.restore_partition(&cf, p)));
+        let (stats, took) = (done.result?, done.took);
         counter!(m::RESTORE_RECORDS, "partition" => p.to_string()).increment(stats.applied as u64);
         histogram!(m::RESTORE_DURATION).record(took.as_secs_f64());
         if !stats.waited.is_zero() {
@@ -261,14 +255,8 @@ impl Core {
         pre: Option<Restored<SourceMarkers>>,
     ) -> Result<Option<i64>, RunError> {
         let topic = self.input_topic(topic_index).to_string();
-        let (state, took) = match pre {
-            Some(done) => (done.result?, done.took),
-            None => {
-                let started = Instant::now();
-                let state = self.restore_source(&topic, p)?;
-                (state, started.elapsed())
-            }
-        };
+        let done = pre.unwrap_or_else(|| timed(|| self.restore_source(&topic, p)));
+        let (state, took) = (done.result?, done.took);
         tracing::info!(
             topic,
             partition = p,
@@ -688,6 +676,7 @@ struct Prefetched {
     sources: HashMap<(u16, i32), Restored<SourceMarkers>>,
 }
 
+/// Runs a restore and times it.
 fn timed<T>(f: impl FnOnce() -> Result<T, RunError>) -> Restored<T> {
     let started = Instant::now();
     let result = f();

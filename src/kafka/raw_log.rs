@@ -151,6 +151,24 @@ pub struct RawRecord {
 }
 
 impl RawRecord {
+    /// A record of partition `partition` as the protocol decoder gave it.
+    fn from_record(partition: i32, r: Record) -> RawRecord {
+        RawRecord {
+            partition,
+            offset: r.offset,
+            producer_id: r.producer_id,
+            transactional: r.transactional,
+            timestamp: r.timestamp,
+            key: r.key,
+            value: r.value,
+            headers: r
+                .headers
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        }
+    }
+
     /// The value of header `name` as text, if present and UTF-8.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
@@ -475,21 +493,8 @@ impl StreamResolver {
             } else {
                 Fate::Committed
             };
-            let raw = RawRecord {
-                partition: self.partition,
-                offset: r.offset,
-                producer_id: r.producer_id,
-                transactional: r.transactional,
-                timestamp: r.timestamp,
-                key: r.key,
-                value: r.value,
-                headers: r
-                    .headers
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect(),
-            };
-            self.queue.push_back((raw, fate));
+            self.queue
+                .push_back((RawRecord::from_record(self.partition, r), fate));
         }
         self.drain(emit)
     }
@@ -1230,20 +1235,7 @@ pub fn dump_topic(bootstrap: &str, topic: &str) -> Result<Vec<DumpedRecord>, Raw
                 epoch: r.producer_epoch,
                 control,
                 fate,
-                record: RawRecord {
-                    partition: p,
-                    offset: r.offset,
-                    producer_id: r.producer_id,
-                    transactional: r.transactional,
-                    timestamp: r.timestamp,
-                    key: r.key,
-                    value: r.value,
-                    headers: r
-                        .headers
-                        .into_iter()
-                        .map(|(k, v)| (k.to_string(), v))
-                        .collect(),
-                },
+                record: RawRecord::from_record(p, r),
             });
         }
     }
