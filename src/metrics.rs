@@ -59,7 +59,9 @@ pub const REBALANCES: &str = "tidemark_rebalances_total";
 /// Input partitions currently assigned to this member.
 pub const ASSIGNED_PARTITIONS: &str = "tidemark_assigned_partitions";
 /// Partitions of the pipeline's topics that no member of the group owns, as the group watchdog
-/// last saw them.
+/// last saw them: from the group's description, or, on a broker that does not report
+/// assignments, from the log (a committed offset that stays put while records wait after it,
+/// counted only by a member that holds no partition).
 pub const UNOWNED_PARTITIONS: &str = "tidemark_group_unowned_partitions";
 /// Times this member left and rejoined its group because partitions stayed without an owner for
 /// longer than the watchdog's bound (three session timeouts).
@@ -150,7 +152,7 @@ pub fn describe() {
     describe_counter!(DEAD_LETTERS, "Committed dead letters by reason.");
     describe_gauge!(
         UNOWNED_PARTITIONS,
-        "Partitions of the pipeline's topics no member of the group owns."
+        "Partitions of the pipeline's topics no member of the group owns (or, where the broker does not report assignments, that make no progress while records wait)."
     );
     describe_counter!(
         GROUP_WEDGES,

@@ -16,7 +16,8 @@
 //! * `errors` — [`RunError`], and the classification of transactional errors;
 //! * `delivery` — the producer context that tracks the open transaction's deliveries;
 //! * `setup` — topics, decoder and encoder at startup; `telemetry` — metric handles and reports;
-//!   `watchdog` — the group watchdog, which asks for a rejoin when partitions stay without owner.
+//!   `watchdog` — the group watchdog, which asks for a rejoin when partitions stay without owner;
+//!   `membership` — the consumer, its subscription, and the rejoin.
 //!
 //! **Topologies.** With `repartition = false` the input (one topic) is partitioned by the grouping
 //! key already: each input partition is a windowing partition (`Part`) with its own engine, its
@@ -73,9 +74,9 @@ use delivery::{Deliveries, TxnContext};
 use errors::CycleError;
 use metrics::{histogram, Histogram};
 use parts::{Part, Source};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::producer::{Producer, ThreadedProducer};
-use rdkafka::{ClientConfig, Offset};
+use rdkafka::Offset;
 use setup::{codecs, ensure_topics, open_store};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -88,6 +89,7 @@ mod cycle;
 mod delivery;
 mod errors;
 mod hop;
+mod membership;
 mod parts;
 mod process;
 mod rebalance;
@@ -98,8 +100,8 @@ mod telemetry;
 mod watchdog;
 
 pub use errors::RunError;
+use membership::Membership;
 pub use rebalance::RebalanceContext;
-use rebalance::Rejoin;
 
 /// What `run` does with each record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,19 +293,13 @@ pub fn run(
         counters: Counters::default(),
         owned_here: owned_here.clone(),
     }));
-    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-    let join = |settings: &ClientConfig| -> Result<_, RunError> {
-        let context = RebalanceContext::new(core.clone(), &k, input_partitions);
-        let idle = context.idle.clone();
-        let consumer: BaseConsumer<RebalanceContext> = settings
-            .create_with_context(context)
-            .map_err(|e| RunError::Startup(format!("creating the consumer: {e}")))?;
-        consumer
-            .subscribe(&names)
-            .map_err(|e| RunError::Startup(format!("subscribing: {e}")))?;
-        Ok((consumer, idle))
-    };
-    let (mut consumer, mut idle) = join(&consumer_settings)?;
+    let mut member = Membership::join(
+        core.clone(),
+        &k,
+        input_partitions,
+        consumer_settings,
+        topics.clone(),
+    )?;
     let watchdog = Watchdog::start(&k, topics.clone(), owned_here).ok();
     let poll = Duration::from_millis((k.commit_interval as u64 / 4).clamp(1, 50));
     // The second stage reads the repartition topic every few milliseconds (at once again while it
@@ -315,23 +311,9 @@ pub fn run(
     let mut result = Ok(());
     'run: while !shutdown.load(Ordering::Relaxed) {
         if let Some(w) = watchdog.as_ref().filter(|w| w.take_rejoin()) {
-            match rebalance::rejoin(&core, &consumer, &names, w.bound_ms) {
-                Err(e) => {
-                    result = Err(e);
-                    break 'run;
-                }
-                Ok(Rejoin::Subscribed) => {}
-                Ok(Rejoin::AsDynamicMember) => {
-                    // A fresh membership: a new consumer without `group.instance.id`. The old one
-                    // holds nothing any more (its partitions were revoked on leaving).
-                    let mut settings = consumer_settings.clone();
-                    settings.remove("group.instance.id");
-                    drop(consumer);
-                    match join(&settings) {
-                        Ok((c, i)) => (consumer, idle) = (c, i),
-                        Err(e) => return Err(e),
-                    }
-                }
+            if let Err(e) = member.rejoin(w.bound_ms) {
+                result = Err(e);
+                break 'run;
             }
         }
         let tailing = core
@@ -346,7 +328,7 @@ pub fn run(
             let read = c.read_repartition();
             let behind = c.tailer.as_ref().is_some_and(Tailer::is_behind);
             tail_busy = behind || matches!(read, Ok(n) if n > 0);
-            if let Err(e) = settle(&mut c, &consumer, read.map(|_| ()), true) {
+            if let Err(e) = settle(&mut c, &member.consumer, read.map(|_| ()), true) {
                 result = Err(e);
                 break 'run;
             }
@@ -359,7 +341,10 @@ pub fn run(
             poll
         };
         for i in 0..POLL_BATCH {
-            let msg = idle.poll(&consumer, if i == 0 { timeout } else { Duration::ZERO });
+            let msg = member.idle.poll(
+                &member.consumer,
+                if i == 0 { timeout } else { Duration::ZERO },
+            );
             let mut c = core.lock().expect("lock");
             if let Some(e) = c.fatal.take() {
                 result = Err(e);
@@ -368,7 +353,7 @@ pub fn run(
             let idle = msg.is_none();
             let step = match msg {
                 Some(Ok(m)) => c.on_message(&m),
-                Some(Err(e)) => match consumer.client().fatal_error() {
+                Some(Err(e)) => match member.consumer.client().fatal_error() {
                     // Fencing of a static member by a newer one with the same
                     // group.instance.id, or another fatal consumer error: stop, as for a fatal
                     // producer error.
@@ -385,7 +370,7 @@ pub fn run(
             // The clock is read every CLOCK_EVERY records (and when there are none): reading it
             // after each record showed in profiles.
             let look_at_clock = idle || i % CLOCK_EVERY == CLOCK_EVERY - 1;
-            if let Err(e) = settle(&mut c, &consumer, step, look_at_clock) {
+            if let Err(e) = settle(&mut c, &member.consumer, step, look_at_clock) {
                 result = Err(e);
                 break 'run;
             }
@@ -394,24 +379,5 @@ pub fn run(
             }
         }
     }
-    if result.is_ok() {
-        tracing::info!("shutting down: committing the open transaction");
-        let mut c = core.lock().expect("lock");
-        c.dirty = true;
-        result = c.commit(&consumer);
-        let counters = c.counters;
-        drop(c);
-        tracing::info!(
-            committed = counters.committed,
-            aborted = counters.aborted,
-            panes = counters.panes,
-            dead_letters = counters.dead_letters,
-            "stopped"
-        );
-    }
-    // Leave the group at once, so the partitions move to other members without waiting for the
-    // session to time out (revocation runs the commit cycle, which fails harmlessly after a fatal
-    // error).
-    consumer.unsubscribe();
-    result
+    member.leave(result)
 }
