@@ -127,13 +127,9 @@ struct Watched {
     owned_here: Arc<AtomicUsize>,
 }
 
-/// The longest bound, as a multiple of the first, after rejoins that brought no progress.
-const MAX_BACKOFF: i64 = 16;
-
 /// The watchdog thread's loop.
 fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicBool>, stop: Arc<AtomicBool>) {
     let mut wedge = WedgeWatch::new(bound_ms);
-    let mut backoff = 1;
     let mut stalls = StallWatch::default();
     let mut peeker: Option<Peeker> = None;
     let mut said_blind = false;
@@ -174,18 +170,9 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicBool>, stop: Arc<AtomicBoo
             }
         };
         gauge!(m::UNOWNED_PARTITIONS).set(unowned.len() as f64);
-        match wedge.observe(crate::clock::wall_ms(), &unowned) {
-            Verdict::Wedged => {
-                rejoin.store(true, Ordering::Release);
-                // Wait longer before the next rejoin unless progress comes in between.
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                wedge = WedgeWatch::new(bound_ms * backoff);
-            }
-            Verdict::Owned if backoff > 1 => {
-                backoff = 1;
-                wedge = WedgeWatch::new(bound_ms);
-            }
-            _ => {}
+        // The watch doubles its bound after each wedge until a look finds every owner.
+        if wedge.observe(crate::clock::wall_ms(), &unowned) == Verdict::Wedged {
+            rejoin.store(true, Ordering::Release);
         }
     }
 }

@@ -121,17 +121,27 @@ pub enum Verdict {
 /// one rebalance follows another; but each partition finds an owner between them. A dead member's
 /// stay in the group ends after one session timeout, so the bound is a few session timeouts (the
 /// coordinator takes three).
+///
+/// A wedge starts the watch again with twice the bound (up to [`MAX_BACKOFF`] times the first),
+/// so that the next call waits longer when the rejoin it brought did not help (a partition that
+/// is slow rather than ownerless, a long restore, is not rebalanced again and again); a look with
+/// every partition owned brings the first bound back.
 #[derive(Debug, Clone)]
 pub struct WedgeWatch {
+    first_ms: i64,
     bound_ms: i64,
     /// Since when (ms) each partition has been without an owner in every look.
     since: BTreeMap<(String, i32), i64>,
 }
 
+/// The longest bound of a [`WedgeWatch`], as a multiple of its first.
+pub const MAX_BACKOFF: i64 = 16;
+
 impl WedgeWatch {
     /// A watch that calls the group wedged after `bound_ms` without an owner.
     pub fn new(bound_ms: i64) -> WedgeWatch {
         WedgeWatch {
+            first_ms: bound_ms,
             bound_ms,
             since: BTreeMap::new(),
         }
@@ -145,19 +155,18 @@ impl WedgeWatch {
             self.since.entry(p.clone()).or_insert(now);
         }
         let Some(oldest) = self.since.values().min() else {
+            self.bound_ms = self.first_ms;
             return Verdict::Owned;
         };
         let waited = now - oldest;
         if waited > self.bound_ms {
+            // What was seen before the rejoin this brings no longer counts.
+            self.since.clear();
+            self.bound_ms = (self.bound_ms * 2).min(self.first_ms * MAX_BACKOFF);
             Verdict::Wedged
         } else {
             Verdict::Waiting(waited)
         }
-    }
-
-    /// Starts again, as after a rejoin: what was seen before it no longer counts.
-    pub fn reset(&mut self) {
-        self.since.clear();
     }
 }
 
@@ -400,7 +409,25 @@ mod tests {
         assert_eq!(w.observe(3_300, &[p(0), p(1)]), Verdict::Waiting(700));
         assert_eq!(w.observe(3_600, &[p(0)]), Verdict::Waiting(1_000));
         assert_eq!(w.observe(3_700, &[p(0)]), Verdict::Wedged);
-        w.reset();
         assert_eq!(w.observe(3_800, &[p(0)]), Verdict::Waiting(0));
+    }
+
+    #[test]
+    fn each_wedge_without_progress_doubles_the_bound_until_a_look_finds_every_owner() {
+        let p = |n: i32| ("web".to_string(), n);
+        let mut w = WedgeWatch::new(1_000);
+        let mut wedged_at = Vec::new();
+        for t in (0..40_000).step_by(100) {
+            if w.observe(t, &[p(0)]) == Verdict::Wedged {
+                wedged_at.push(t);
+            }
+        }
+        // Bounds of 1, 2, 4, 8, 16, then 16 s again (the most): each wedge is called one look
+        // after the bound has passed, and the next count starts at the look after it.
+        assert_eq!(wedged_at, vec![1_100, 3_300, 7_500, 15_700, 31_900]);
+        // Every partition owned at one look: the first bound again.
+        assert_eq!(w.observe(40_000, &[]), Verdict::Owned);
+        assert_eq!(w.observe(40_100, &[p(0)]), Verdict::Waiting(0));
+        assert_eq!(w.observe(41_200, &[p(0)]), Verdict::Wedged);
     }
 }
