@@ -16,6 +16,9 @@ pub fn window_text(
     end: i64,
     tz: &impl chrono::TimeZone<Offset: std::fmt::Display>,
 ) -> String {
+    if (start, end) == (i64::MIN, i64::MAX) {
+        return "global".into();
+    }
     let at = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).map(|t| t.with_timezone(tz));
     match (at(start), at(end)) {
         (Some(s), Some(e)) if s.date_naive() == e.date_naive() => format!(

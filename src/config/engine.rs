@@ -38,6 +38,22 @@ impl Timing {
     }
 }
 
+/// A count of elements: `Some(None)` when absent, `Some(Some(n))` for a valid count, `None` after
+/// a violation.
+fn count(c: &mut Checker, field: &str, raw: Option<i64>) -> Option<Option<u32>> {
+    match raw {
+        None => Some(None),
+        Some(n) if (1..=i64::from(u32::MAX)).contains(&n) => Some(Some(n as u32)),
+        Some(n) => {
+            c.fail(
+                field,
+                format!("must be a whole number from 1 to {}, got {n}", u32::MAX),
+            );
+            None
+        }
+    }
+}
+
 impl RawConfig {
     pub(super) fn validate_window(&self, c: &mut Checker) -> Option<WindowKind> {
         match &self.window {
@@ -100,6 +116,62 @@ impl RawConfig {
                 let gap = c.duration("window.gap", Some(gap), 0, true)?;
                 Some(WindowKind::Session { gap })
             }
+            RawWindow::Global { idle_expiry } => {
+                let idle_expiry = match idle_expiry {
+                    None => {
+                        c.warnings.push(
+                            "window.idle_expiry: not set, so a global window keeps the state of every key it ever saw; set it to drop keys that went quiet".into(),
+                        );
+                        None
+                    }
+                    Some(raw) => Some(c.duration("window.idle_expiry", Some(raw), 0, true)?),
+                };
+                Some(WindowKind::Global { idle_expiry })
+            }
+        }
+    }
+
+    /// The rules that tie the trigger to the window kind: a global window never reaches its end,
+    /// so it needs an early trigger and has nothing late.
+    pub(super) fn validate_trigger_for_window(
+        &self,
+        window: Option<WindowKind>,
+        timing: Option<&Timing>,
+        c: &mut Checker,
+    ) {
+        let (Some(window), Some(t)) = (window, timing) else {
+            return;
+        };
+        match window {
+            WindowKind::Global { .. } => {
+                if t.trigger.early_every.is_none() && t.trigger.early_count.is_none() {
+                    c.fail(
+                        "trigger",
+                        "a global window never reaches its end, so with only the default trigger it never fires: set trigger.early_count, trigger.early_every or both",
+                    );
+                }
+                if self.trigger.late_count.is_some() {
+                    c.fail(
+                        "trigger.late_count",
+                        "a global window never closes, so no element is late: remove late_count",
+                    );
+                }
+                if t.allowed_lateness > 0 {
+                    c.fail(
+                        "allowed_lateness",
+                        "a global window never closes, so nothing is late: remove allowed_lateness (use window.idle_expiry to drop quiet keys)",
+                    );
+                }
+            }
+            WindowKind::Sliding { size, slide, .. } => {
+                if t.trigger.early_every.is_some() || t.trigger.counts() {
+                    c.warnings.push(format!(
+                        "sliding window with early or counted firings: every window keeps its own state (size/slide = {} copies per event), not shared slices",
+                        size / slide
+                    ));
+                }
+            }
+            WindowKind::Tumbling { .. } | WindowKind::Session { .. } => {}
         }
     }
 
@@ -129,10 +201,29 @@ impl RawConfig {
                 .duration("trigger.early_every", Some(raw), 0, true)
                 .map(Some),
         };
-        let late = match self.trigger.late.as_deref() {
-            None | Some("every_element") => Some(LateFiring::EveryElement),
-            Some("none") => Some(LateFiring::None),
-            Some(other) => {
+        let early_count = count(c, "trigger.early_count", self.trigger.early_count);
+        let late_count = count(c, "trigger.late_count", self.trigger.late_count);
+        let late = match (self.trigger.late.as_deref(), late_count) {
+            (_, None) => None,
+            (None, Some(n)) => Some(LateFiring::from_count(n)),
+            (Some("every_element"), Some(Some(1))) => Some(LateFiring::EveryElement),
+            (Some("every_element"), Some(Some(_))) => {
+                c.fail(
+                    "trigger.late_count",
+                    "late = \"every_element\" means late_count = 1: set one of them",
+                );
+                None
+            }
+            (Some("none"), Some(Some(_))) => {
+                c.fail(
+                    "trigger.late_count",
+                    "late = \"none\" fires no late pane: remove late_count, or late",
+                );
+                None
+            }
+            (Some("every_element"), Some(None)) => Some(LateFiring::EveryElement),
+            (Some("none"), Some(None)) => Some(LateFiring::None),
+            (Some(other), _) => {
                 c.fail(
                     "trigger.late",
                     format!("must be \"every_element\" or \"none\", got {other:?}"),
@@ -160,6 +251,7 @@ impl RawConfig {
             },
             trigger: TriggerSpec {
                 early_every: early?,
+                early_count: early_count?,
                 late: late?,
                 accumulation: accumulation?,
             },

@@ -323,6 +323,12 @@ pub enum RawWindow {
         /// Inactivity gap that closes a session.
         gap: String,
     },
+    /// One window per key that never closes.
+    Global {
+        /// Event time after a key's latest element at which its state is dropped.
+        #[serde(default)]
+        idle_expiry: Option<String>,
+    },
 }
 
 /// The watermark strategy as written.
@@ -344,9 +350,15 @@ pub struct RawTrigger {
     /// Early firing delay, counted from the first element of the current pane.
     #[serde(default)]
     pub early_every: Option<String>,
+    /// Early firing once this many elements arrived since the window's last pane.
+    #[serde(default)]
+    pub early_count: Option<i64>,
     /// `"every_element"` (default) or `"none"`.
     #[serde(default)]
     pub late: Option<String>,
+    /// Late firing once this many late elements arrived since the window's last pane.
+    #[serde(default)]
+    pub late_count: Option<i64>,
     /// `"accumulating"` (default) or `"discarding"`.
     #[serde(default)]
     pub accumulation: Option<String>,
@@ -432,6 +444,10 @@ impl PipelineSpec {
             "trigger={:?},{:?},{:?}",
             e.trigger.early_every, e.trigger.late, e.trigger.accumulation
         );
+        // Written only when set, so the fingerprints of pipelines without it stay as they were.
+        if let Some(n) = e.trigger.early_count {
+            let _ = writeln!(text, "early_count={n}");
+        }
         for a in &e.aggregations {
             let field = a.field.map(|i| self.input.fields[i].join("."));
             let _ = writeln!(text, "aggregation={:?},{:?}", a.op, field);

@@ -4,7 +4,6 @@
 use super::checker::Checker;
 use super::{ConfigError, InputSpec, PipelineSpec, RawConfig};
 use crate::format::OutputFormat;
-use crate::windowing::assigner::WindowKind;
 
 impl RawConfig {
     /// Checks every rule and returns the typed pipeline with warnings, or every violation.
@@ -18,14 +17,7 @@ impl RawConfig {
         let window = self.validate_window(&mut c);
         let timing = self.validate_timing(&mut c);
         let (aggregations, fields) = self.validate_aggregations(&mut c);
-        if let (Some(WindowKind::Sliding { size, slide, .. }), Some(t)) = (window, &timing) {
-            if t.trigger.early_every.is_some() {
-                c.warnings.push(format!(
-                    "sliding window with early firings: every window keeps its own state (size/slide = {} copies per event), not shared slices",
-                    size / slide
-                ));
-            }
-        }
+        self.validate_trigger_for_window(window, timing.as_ref(), &mut c);
         let kafka = self.kafka.as_ref().map(|k| self.validate_kafka(k, &mut c));
         let input = InputSpec {
             key,

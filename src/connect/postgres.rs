@@ -183,10 +183,14 @@ fn copy_field(out: &mut Vec<u8>, v: Option<&str>) {
     }
 }
 
+/// A bound as PostgreSQL text; a global window's bounds (and any time past chrono's range)
+/// become `-infinity` and `infinity`.
 fn timestamp(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f+00").to_string())
-        .unwrap_or_else(|| "infinity".into())
+    match chrono::DateTime::from_timestamp_millis(ms) {
+        Some(t) => t.format("%Y-%m-%d %H:%M:%S%.3f+00").to_string(),
+        None if ms < 0 => "-infinity".into(),
+        None => "infinity".into(),
+    }
 }
 
 /// A PostgreSQL failure as a batch error, with the server's message.

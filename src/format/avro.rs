@@ -107,6 +107,7 @@ impl AvroEncoder {
             ("epoch".into(), Value::Long(epoch as i64)),
             ("count".into(), Value::Long(p.count as i64)),
             ("aggregates".into(), Value::Map(aggregates)),
+            ("global_window".into(), Value::Boolean(p.window.is_global())),
         ]);
         self.frame(&self.pane_schema, self.pane_id, value)
     }

@@ -1,7 +1,8 @@
 //! Pane records.
 //!
 //! A pane record has the grouping key as key and the pane as value. The JSON value is one object
-//! with `key`, `window_start`, `window_end` (epoch ms), `timing`, `pane_index`, `dedup_id`,
+//! with `key`, `window_start`, `window_end` (epoch ms; a global window's `[-inf, +inf)` as the
+//! smallest and largest 64-bit integers), `timing`, `pane_index`, `dedup_id`,
 //! `epoch` (the pipeline's replay epoch: 0, plus one per `tidemark replay`), `count` and one field
 //! per aggregation, in that order; whole-number results print as integers, and min, max and mean
 //! of an empty pane are `null`. The Avro value is a `WindowResult` ([`super::avro`]) with the
@@ -30,8 +31,9 @@ pub const WINDOW_END_HEADER: &str = "tidemark.window_end";
 /// Header of the pane's timing.
 pub const TIMING_HEADER: &str = "tidemark.timing";
 
-/// Output fields every pane has; aggregation names must not reuse them.
-pub const RESERVED_FIELDS: [&str; 8] = [
+/// Output fields every pane has (`global_window` in Avro only); aggregation names must not reuse
+/// them.
+pub const RESERVED_FIELDS: [&str; 9] = [
     "key",
     "window_start",
     "window_end",
@@ -40,6 +42,7 @@ pub const RESERVED_FIELDS: [&str; 8] = [
     "dedup_id",
     "epoch",
     "count",
+    "global_window",
 ];
 
 /// Headers of a pane record of replay epoch `epoch`.

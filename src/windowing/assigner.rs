@@ -24,6 +24,17 @@ impl Window {
         Window { start, end }
     }
 
+    /// The global window, `[-inf, +inf)`: the extreme times stand for the infinities.
+    pub const GLOBAL: Window = Window {
+        start: Millis::MIN,
+        end: Millis::MAX,
+    };
+
+    /// Whether this is the global window.
+    pub fn is_global(&self) -> bool {
+        *self == Window::GLOBAL
+    }
+
     /// Whether `ts` lies inside the window.
     pub fn contains(&self, ts: Millis) -> bool {
         self.start <= ts && ts < self.end
@@ -65,6 +76,13 @@ pub enum WindowKind {
         /// Inactivity gap.
         gap: i64,
     },
+    /// One window per key, `[-inf, +inf)`, that the watermark never closes; it fires by count or
+    /// processing time only.
+    Global {
+        /// Event time after a key's latest element at which its unfired elements fire a final
+        /// pane and its aggregates are dropped; `None` keeps them for ever.
+        idle_expiry: Option<i64>,
+    },
 }
 
 impl WindowKind {
@@ -77,12 +95,12 @@ impl WindowKind {
                 slide,
                 offset,
             } => Some((size, slide, offset)),
-            WindowKind::Session { .. } => None,
+            WindowKind::Session { .. } | WindowKind::Global { .. } => None,
         }
     }
 
     /// Every aligned window containing `ts`, latest start first. Sessions return their proto-window
-    /// `[ts, ts + gap)`.
+    /// `[ts, ts + gap)`; the global window kind returns [`Window::GLOBAL`].
     pub fn assign(&self, ts: Millis) -> WindowIter {
         match self.grid() {
             Some((size, slide, offset)) => {
@@ -92,19 +110,22 @@ impl WindowKind {
                     min_start_exclusive: ts - size,
                     size,
                     slide,
+                    global: false,
                 }
             }
-            None => {
-                let WindowKind::Session { gap } = *self else {
-                    unreachable!("grid() is None only for sessions")
-                };
-                WindowIter {
+            None => match *self {
+                WindowKind::Session { gap } => WindowIter {
                     next_start: ts,
                     min_start_exclusive: ts - 1,
                     size: gap,
                     slide: gap,
-                }
-            }
+                    global: false,
+                },
+                _ => WindowIter {
+                    global: true,
+                    ..WindowIter::EMPTY
+                },
+            },
         }
     }
 }
@@ -116,12 +137,27 @@ pub struct WindowIter {
     min_start_exclusive: Millis,
     size: i64,
     slide: i64,
+    /// Yields [`Window::GLOBAL`] once, then nothing.
+    global: bool,
+}
+
+impl WindowIter {
+    const EMPTY: WindowIter = WindowIter {
+        next_start: 0,
+        min_start_exclusive: 0,
+        size: 0,
+        slide: 0,
+        global: false,
+    };
 }
 
 impl Iterator for WindowIter {
     type Item = Window;
 
     fn next(&mut self) -> Option<Window> {
+        if std::mem::take(&mut self.global) {
+            return Some(Window::GLOBAL);
+        }
         if self.next_start <= self.min_start_exclusive {
             return None;
         }

@@ -15,7 +15,7 @@
 //! * session: per-key sessions that merge, with retractions for superseded windows that had fired.
 
 use super::aggregate::{needs_min_max, Acc, AggSpec};
-use super::assigner::{SliceGrid, Window};
+use super::assigner::{SliceGrid, Window, WindowKind};
 use super::cache::PartitionState;
 use super::changes::Changes;
 use super::keystate::{Cursor, KeyState, WinState};
@@ -144,6 +144,31 @@ impl Emitter {
         });
     }
 
+    /// Fires what one accepted element makes due in its window (already added to `st`): a LATE
+    /// pane after the window passed, as the late firing says; before, an EARLY pane once the early
+    /// count is reached, or else the early deadline, counted from the pane's first element.
+    #[allow(clippy::too_many_arguments)]
+    fn after_element(
+        &mut self,
+        key: &str,
+        w: Window,
+        passed: bool,
+        st: &mut WinState,
+        keep_last: bool,
+        trigger: &TriggerSpec,
+        now: i64,
+    ) {
+        if passed {
+            if trigger.late.fires_at(st.pending) {
+                self.window_pane(key, w, Timing::Late, st, keep_last);
+            }
+        } else if trigger.early_count_reached(st.pending) {
+            self.window_pane(key, w, Timing::Early, st, keep_last);
+        } else if let Some(d) = trigger.early_every {
+            st.early_deadline.get_or_insert(now.saturating_add(d));
+        }
+    }
+
     /// Emits the current pane of a per-window state and starts the next pane.
     fn window_pane(
         &mut self,
@@ -162,6 +187,7 @@ impl Emitter {
             st.last_emitted = Some(content.clone());
         }
         st.next_pane += 1;
+        st.pending = 0;
         st.pane.clear();
         st.early_deadline = None;
     }
@@ -218,11 +244,13 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// Adds an element's values to a window and counts it as pending (not yet in a pane).
 fn add(st: &mut WinState, values: &[f64], acc: Accumulation) {
     st.total.add(values);
     if acc == Accumulation::Discarding {
         st.pane.add(values);
     }
+    st.pending = st.pending.saturating_add(1);
 }
 
 impl Engine {
@@ -367,6 +395,12 @@ impl Engine {
         let mut timers = std::mem::take(&mut self.scratch);
         let ks = self.state.key_mut(&ev.key, &rules)?;
         let mut accepted = false;
+        let idle_expiry = matches!(
+            rules.window,
+            WindowKind::Global {
+                idle_expiry: Some(_)
+            }
+        );
         for w in rules.window.assign(ev.ts) {
             if wm >= w.end.saturating_add(l) {
                 continue; // expired
@@ -380,18 +414,22 @@ impl Engine {
             }
             accepted = true;
             let (existed, st) = ks.windows.upsert_changed(w, || WinState::new(passed));
-            let old_ev = existed.then(|| rules.window_timer(&w, st));
+            let old_ev = if existed {
+                rules.window_timer(&w, st)
+            } else {
+                None
+            };
             let old_proc = st.early_deadline;
             add(st, &ev.values, trigger.accumulation);
-            if passed {
-                self.out.window_pane(&ev.key, w, Timing::Late, st, false);
-            } else if let Some(d) = trigger.early_every {
-                st.early_deadline.get_or_insert(now.saturating_add(d));
+            if w.is_global() && idle_expiry {
+                st.last_ts = Some(st.last_ts.map_or(ev.ts, |t| t.max(ev.ts)));
             }
+            self.out
+                .after_element(&ev.key, w, passed, st, false, &trigger, now);
             timers.push((
                 w,
                 old_ev,
-                Some(rules.window_timer(&w, st)),
+                rules.window_timer(&w, st),
                 old_proc,
                 st.early_deadline,
             ));
@@ -435,16 +473,12 @@ impl Engine {
             let st = ks.windows.get_mut(&merged).expect("listed above");
             let old = (rules.window_timer(&merged, st), st.early_deadline);
             add(st, &ev.values, trigger.accumulation);
-            if passed {
-                self.out
-                    .window_pane(&ev.key, merged, Timing::Late, st, true);
-            } else if let Some(d) = trigger.early_every {
-                st.early_deadline.get_or_insert(now.saturating_add(d));
-            }
+            self.out
+                .after_element(&ev.key, merged, passed, st, true, &trigger, now);
             timers.push((
                 merged,
-                Some(old.0),
-                Some(rules.window_timer(&merged, st)),
+                old.0,
+                rules.window_timer(&merged, st),
                 old.1,
                 st.early_deadline,
             ));
@@ -457,7 +491,7 @@ impl Engine {
                 ks.touch_window(*w);
                 timers.push((
                     *w,
-                    Some(rules.window_timer(w, &old)),
+                    rules.window_timer(w, &old),
                     None,
                     old.early_deadline,
                     None,
@@ -468,6 +502,8 @@ impl Engine {
                         .push(&ev.key, *w, Timing::Retract, old.next_pane, &content);
                 }
                 st.total.merge(&old.total);
+                // The merged window owes a pane for whatever the superseded ones had not fired.
+                st.pending = st.pending.saturating_add(old.pending);
                 if !old.on_time_done {
                     deadline = match (deadline, old.early_deadline) {
                         (Some(a), Some(b)) => Some(a.min(b)),
@@ -480,16 +516,16 @@ impl Engine {
                 st.pane = st.total.clone();
             }
             add(&mut st, &ev.values, trigger.accumulation);
-            if passed {
-                self.out
-                    .window_pane(&ev.key, merged, Timing::Late, &mut st, true);
-            } else if let Some(d) = trigger.early_every {
-                st.early_deadline = Some(deadline.unwrap_or(now.saturating_add(d)));
+            if !passed {
+                // The earliest deadline of the merged windows' open panes carries over.
+                st.early_deadline = deadline;
             }
+            self.out
+                .after_element(&ev.key, merged, passed, &mut st, true, &trigger, now);
             timers.push((
                 merged,
                 None,
-                Some(rules.window_timer(&merged, &st)),
+                rules.window_timer(&merged, &st),
                 None,
                 st.early_deadline,
             ));
@@ -680,29 +716,54 @@ impl Engine {
             return Ok(());
         };
         let old_proc = st.early_deadline;
-        self.out.window_pane(key, w, Timing::OnTime, st, keep_last);
+        // A global window reaches its end only when the input ends: it fires if anything is
+        // unfired (its EARLY panes showed the rest).
+        if !(w.is_global() && st.pending == 0) {
+            self.out.window_pane(key, w, Timing::OnTime, st, keep_last);
+        }
         st.on_time_done = true;
         let next = rules.window_timer(&w, st);
         ks.touch_window(w);
-        if wm >= next.0 {
-            ks.windows.remove(&w);
-            self.state.timers().set_proc(key, w, old_proc, None);
-        } else {
-            self.state.timers().set_event(key, w, None, Some(next));
-            self.state.timers().set_proc(key, w, old_proc, None);
+        match next {
+            Some(next) if wm < next.0 => self.state.timers().set_event(key, w, None, Some(next)),
+            _ => {
+                ks.windows.remove(&w);
+            }
         }
+        self.state.timers().set_proc(key, w, old_proc, None);
         Ok(())
     }
 
+    /// Expires a window: elements accepted into it that no pane holds yet fire one final pane
+    /// first (Beam Java's FIRE_IF_NON_EMPTY; LATE, or ON_TIME for a global window's idle
+    /// expiry). Then its state goes; a global window keeps only its next pane index, so a key that
+    /// comes back continues its panes' indexes under the same dedup id.
     fn on_expire(&mut self, key: &str, w: Window) -> Result<(), EngineError> {
         let rules = self.rules;
+        let keep_last = rules.sessions();
         let ks = self.state.key_mut(key, &rules)?;
-        if let Some(st) = ks.windows.remove(&w) {
-            ks.touch_window(w);
-            self.state
-                .timers()
-                .set_proc(key, w, st.early_deadline, None);
+        let Some(st) = ks.windows.get_mut(&w) else {
+            return Ok(());
+        };
+        let old_proc = st.early_deadline;
+        if st.pending > 0 {
+            let timing = if w.is_global() {
+                Timing::OnTime
+            } else {
+                Timing::Late
+            };
+            self.out.window_pane(key, w, timing, st, keep_last);
         }
+        if w.is_global() {
+            *st = WinState {
+                next_pane: st.next_pane,
+                ..WinState::new(false)
+            };
+        } else {
+            ks.windows.remove(&w);
+        }
+        ks.touch_window(w);
+        self.state.timers().set_proc(key, w, old_proc, None);
         Ok(())
     }
 

@@ -232,17 +232,20 @@ pub fn get_acc(bytes: &[u8]) -> Option<(Acc, &[u8])> {
     Some((Acc { count, fields }, rest))
 }
 
-/// Appends a window state value (version 1): flags, next pane index, early deadline, the
-/// window's total and pane, and the last emitted pane (sessions).
+/// Appends a window state value (version 2): flags, next pane index, pending elements, the early
+/// deadline and latest element time when present, the window's total and pane, and the last
+/// emitted pane (sessions).
 pub fn put_win_state(out: &mut Vec<u8>, st: &WinState) {
     let flags = (st.on_time_done as u8)
         | ((st.early_deadline.is_some() as u8) << 1)
-        | ((st.last_emitted.is_some() as u8) << 2);
-    out.push(1); // version
+        | ((st.last_emitted.is_some() as u8) << 2)
+        | ((st.last_ts.is_some() as u8) << 3);
+    out.push(2); // version
     out.push(flags);
     out.extend_from_slice(&st.next_pane.to_le_bytes());
-    if let Some(d) = st.early_deadline {
-        out.extend_from_slice(&d.to_le_bytes());
+    out.extend_from_slice(&st.pending.to_le_bytes());
+    for t in [st.early_deadline, st.last_ts].into_iter().flatten() {
+        out.extend_from_slice(&t.to_le_bytes());
     }
     put_acc(out, &st.total);
     put_acc(out, &st.pane);
@@ -251,22 +254,31 @@ pub fn put_win_state(out: &mut Vec<u8>, st: &WinState) {
     }
 }
 
-/// Decodes what [`put_win_state`] wrote.
+/// Decodes what [`put_win_state`] wrote, or a value of version 1 (no pending count and no latest
+/// element time: it was written before count triggers existed, when nothing was left pending).
 pub fn get_win_state(bytes: &[u8]) -> Option<WinState> {
     let (&version, rest) = bytes.split_first()?;
-    if version != 1 {
+    if version != 1 && version != 2 {
         return None;
     }
     let (&flags, rest) = rest.split_first()?;
     let next_pane = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?);
     let mut rest = &rest[4..];
-    let early_deadline = if flags & 2 != 0 {
-        let d = i64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
+    let mut pending = 0;
+    if version == 2 {
+        pending = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?);
+        rest = &rest[4..];
+    }
+    let mut take = |present: bool| -> Option<Option<i64>> {
+        if !present {
+            return Some(None);
+        }
+        let t = i64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
         rest = &rest[8..];
-        Some(d)
-    } else {
-        None
+        Some(Some(t))
     };
+    let early_deadline = take(flags & 2 != 0)?;
+    let last_ts = take(version == 2 && flags & 8 != 0)?;
     let (total, rest) = get_acc(rest)?;
     let (pane, rest) = get_acc(rest)?;
     let (last_emitted, rest) = if flags & 4 != 0 {
@@ -282,6 +294,8 @@ pub fn get_win_state(bytes: &[u8]) -> Option<WinState> {
         total,
         pane,
         next_pane,
+        pending,
+        last_ts,
         on_time_done: flags & 1 != 0,
         early_deadline,
         last_emitted,
@@ -609,10 +623,25 @@ mod tests {
         st.next_pane = 3;
         st.early_deadline = Some(-5);
         st.last_emitted = Some(st.total.clone());
+        st.pending = 7;
         assert_eq!(
             get_win_state(&enc(|o| put_win_state(o, &st))),
             Some(st.clone())
         );
+        st.last_ts = Some(i64::MIN + 1);
+        st.early_deadline = None;
+        assert_eq!(
+            get_win_state(&enc(|o| put_win_state(o, &st))),
+            Some(st.clone())
+        );
+        // Version 1 had no pending count and no latest element time.
+        let mut v1 = vec![1, 1];
+        v1.extend_from_slice(&3u32.to_le_bytes());
+        v1.extend_from_slice(&enc(|o| put_acc(o, &st.total)));
+        v1.extend_from_slice(&enc(|o| put_acc(o, &st.pane)));
+        let old = get_win_state(&v1).unwrap();
+        assert_eq!((old.next_pane, old.pending, old.last_ts), (3, 0, None));
+        assert!(old.on_time_done);
         let plain = WinState::new(false);
         assert_eq!(
             get_win_state(&enc(|o| put_win_state(o, &plain))),

@@ -34,11 +34,12 @@ impl Layout {
                 size,
                 slide,
                 offset,
-            } if spec.trigger.early_every.is_none() => {
+            } if spec.trigger.early_every.is_none() && !spec.trigger.counts() => {
                 Layout::Sliced(SliceGrid::new(size, slide, offset))
             }
             WindowKind::Sliding { .. } => Layout::PerWindow,
             WindowKind::Session { gap } => Layout::Session { gap },
+            WindowKind::Global { .. } => Layout::PerWindow,
         }
     }
 }
@@ -55,14 +56,29 @@ pub struct Rules {
 }
 
 impl Rules {
-    /// The event-time timer of a window state (there is always exactly one): its end while the
-    /// ON_TIME pane is pending, then its end plus the allowed lateness, when it expires.
-    pub fn window_timer(&self, w: &Window, st: &WinState) -> (i64, TimerKind) {
-        if st.on_time_done {
+    /// The event-time timer of a window state: its end while the ON_TIME pane is pending, then
+    /// its end plus the allowed lateness, when it expires. A global window's end is never reached
+    /// (only `finish` fires it); with an idle expiry it expires that long after its latest
+    /// element, and once its aggregates were dropped it needs no timer.
+    pub fn window_timer(&self, w: &Window, st: &WinState) -> Option<(i64, TimerKind)> {
+        if let WindowKind::Global {
+            idle_expiry: Some(idle),
+        } = self.window
+        {
+            return st
+                .last_ts
+                .map(|t| (t.saturating_add(idle), TimerKind::Expire));
+        }
+        Some(if st.on_time_done {
             (w.end.saturating_add(self.lateness), TimerKind::Expire)
         } else {
             (w.end, TimerKind::Fire)
-        }
+        })
+    }
+
+    /// Whether windows are global ones.
+    pub fn global(&self) -> bool {
+        matches!(self.window, WindowKind::Global { .. })
     }
 
     /// The service time of a sliced key: its next ON_TIME firing or the expiry of its first

@@ -115,13 +115,14 @@ impl Timers {
     /// Adds the timers of a key loaded from the store.
     pub fn index_key(&mut self, key: &str, ks: &KeyState, rules: &Rules) {
         for (w, st) in ks.windows.iter() {
-            let (time, kind) = rules.window_timer(w, st);
-            self.event.insert(Timer {
-                time,
-                kind,
-                key: CompactString::from(key),
-                window: *w,
-            });
+            if let Some((time, kind)) = rules.window_timer(w, st) {
+                self.event.insert(Timer {
+                    time,
+                    kind,
+                    key: CompactString::from(key),
+                    window: *w,
+                });
+            }
             if let Some(d) = st.early_deadline {
                 self.proc.insert((d, CompactString::from(key), *w));
             }

@@ -22,6 +22,12 @@ pub struct WinState {
     pub pane: Acc,
     /// Index of the next pane.
     pub next_pane: u32,
+    /// Elements accepted since the window's last pane (or since it opened): what count triggers
+    /// count, and what must fire before the window's state is dropped.
+    pub pending: u32,
+    /// The latest event time among the window's elements (global windows with an idle expiry
+    /// only; `None` once a global window's aggregates were dropped).
+    pub last_ts: Option<i64>,
     /// Whether the watermark has passed the end (the ON_TIME point is behind us).
     pub on_time_done: bool,
     /// Processing time at which an early pane is due.
@@ -37,6 +43,8 @@ impl WinState {
             total: Acc::default(),
             pane: Acc::default(),
             next_pane: 0,
+            pending: 0,
+            last_ts: None,
             on_time_done,
             early_deadline: None,
             last_emitted: None,
