@@ -4,14 +4,17 @@
 //!   reference computed by sorting;
 //! * state flushed, closed and reopened (with a tiny cache, so keys are evicted and reloaded) gives
 //!   the same panes as an uninterrupted run;
-//! * no input line makes `simulate` fail or panic.
+//! * no input line makes `simulate` fail or panic;
+//! * with any trigger (counts, processing-time delays, late firings) and window kind, no accepted
+//!   element ends in zero panes: every element accepted is in the panes once the input ends.
 
 use proptest::prelude::*;
 use tidemark::config::{parse_raw, PipelineSpec};
 use tidemark::record::Event;
 use tidemark::state::store::StateStore;
 use tidemark::windowing::assigner::SliceGrid;
-use tidemark::windowing::engine::{Engine, Layout, Pane};
+use tidemark::windowing::engine::{Admission, Engine, Layout, Pane};
+use tidemark::windowing::trigger::Timing;
 
 fn spec(window: &str, extra_top: &str, trigger: &str, aggs: &str) -> PipelineSpec {
     let text = format!(
@@ -26,8 +29,14 @@ const ALL: &str = "[[aggregations]]\nname = \"n\"\nop = \"count\"\n[[aggregation
 /// One step of a scripted run.
 #[derive(Debug, Clone)]
 enum Op {
-    Event { key: u8, ts: i64, v: i64 },
+    Event {
+        key: u8,
+        ts: i64,
+        v: i64,
+    },
     Watermark(i64),
+    /// Moves the processing-time clock forward by this much.
+    Proc(i64),
 }
 
 fn ops(max_ts: i64) -> impl Strategy<Value = Vec<Op>> {
@@ -53,6 +62,9 @@ fn drive(engine: &mut Engine, ops: &[Op]) -> Vec<Pane> {
                 engine.process(&ev).unwrap();
             }
             Op::Watermark(w) => engine.advance_watermark(w).unwrap(),
+            Op::Proc(d) => engine
+                .advance_processing_time(engine.processing_time() + d)
+                .unwrap(),
         }
         panes.extend(engine.take_panes());
     }
@@ -163,15 +175,27 @@ proptest! {
     fn reopening_flushed_state_changes_nothing(
         ops in ops(150),
         cut_every in 1usize..12,
-        kind in 0u8..3,
+        kind in 0u8..4,
         lateness in 0i64..40,
+        counts in 0u8..4,
     ) {
-        let (window, layout) = match kind {
-            0 => ("type = \"tumbling\"\nsize = \"10ms\"".to_string(), Layout::PerWindow),
-            1 => ("type = \"sliding\"\nsize = \"20ms\"\nslide = \"5ms\"".to_string(), Layout::Sliced(SliceGrid::new(20, 5, 0))),
-            _ => ("type = \"session\"\ngap = \"7ms\"".to_string(), Layout::Session { gap: 7 }),
+        let window = match kind {
+            0 => "type = \"tumbling\"\nsize = \"10ms\"",
+            1 => "type = \"sliding\"\nsize = \"20ms\"\nslide = \"5ms\"",
+            2 => "type = \"session\"\ngap = \"7ms\"",
+            _ => "type = \"global\"\nidle_expiry = \"30ms\"",
         };
-        let s = spec(&window, &format!("allowed_lateness = \"{lateness}ms\""), "", ALL);
+        // Pending counts and latest element times are part of the stored state.
+        let trigger = match (kind, counts) {
+            (3, _) => "early_count = 2",
+            (_, 0) => "",
+            (_, 1) => "late_count = 3",
+            (_, 2) => "early_count = 2",
+            _ => "early_count = 2\nlate_count = 2",
+        };
+        let lateness = if kind == 3 { 0 } else { lateness };
+        let s = spec(window, &format!("allowed_lateness = \"{lateness}ms\""), trigger, ALL);
+        let layout = Layout::for_spec(&s.engine);
         let (_d1, mut straight) = open(&s, layout, 1 << 20);
         let want = drive(&mut straight, &ops);
 
@@ -190,6 +214,7 @@ proptest! {
                         e.process(&Event { key: format!("k{key}"), ts, values: vec![v as f64] }).unwrap();
                     }
                     Op::Watermark(w) => e.advance_watermark(w).unwrap(),
+                    Op::Proc(_) => unreachable!("ops() moves no clock"),
                 }
                 got.extend(e.take_panes());
                 e.flush().unwrap();
@@ -202,6 +227,96 @@ proptest! {
         e.finish().unwrap();
         got.extend(e.take_panes());
         prop_assert_eq!(got, want);
+    }
+
+    #[test]
+    fn no_accepted_element_is_in_zero_panes(
+        ops in prop::collection::vec(
+            prop_oneof![
+                6 => (0u8..3, -20i64..150, -50i64..50).prop_map(|(key, ts, v)| Op::Event { key, ts, v }),
+                1 => (-20i64..150).prop_map(Op::Watermark),
+                2 => (1i64..8).prop_map(Op::Proc),
+            ],
+            0..80,
+        ),
+        kind in 0u8..4,
+        early_count in prop::option::of(1u32..5),
+        early_every in prop::option::of(1i64..10),
+        late in 0u32..5,
+        lateness in 0i64..40,
+        discarding in any::<bool>(),
+    ) {
+        let window = match kind {
+            0 => "type = \"tumbling\"\nsize = \"10ms\"",
+            1 => "type = \"session\"\ngap = \"7ms\"",
+            2 => "type = \"global\"",
+            _ => "type = \"global\"\nidle_expiry = \"30ms\"",
+        };
+        let global = kind >= 2;
+        // Sessions are checked accumulating (a merged session's first pane repeats what the
+        // retracted ones held); a global window with idle expiry discarding (a key that comes
+        // back starts a new aggregate under the same dedup id).
+        let discarding = match kind {
+            1 => false,
+            3 => true,
+            _ => discarding,
+        };
+        let mut trigger = String::new();
+        if let Some(n) = early_count.or(global.then_some(3)) {
+            trigger += &format!("early_count = {n}\n");
+        }
+        if let Some(d) = early_every {
+            trigger += &format!("early_every = \"{d}ms\"\n");
+        }
+        if !global {
+            trigger += match late {
+                0 => "late = \"none\"\n".to_string(),
+                n => format!("late_count = {n}\n"),
+            }
+            .as_str();
+        }
+        trigger += if discarding { "accumulation = \"discarding\"" } else { "accumulation = \"accumulating\"" };
+        let top = if global { String::new() } else { format!("allowed_lateness = \"{lateness}ms\"") };
+        let s = spec(window, &top, &trigger, COUNT_SUM);
+        let (_d, mut engine) = open(&s, Layout::for_spec(&s.engine), 1 << 20);
+        let mut accepted = std::collections::BTreeMap::<String, u64>::new();
+        let mut panes = Vec::new();
+        for op in &ops {
+            match *op {
+                Op::Event { key, ts, v } => {
+                    let ev = Event { key: format!("k{key}"), ts, values: vec![v as f64] };
+                    if engine.process(&ev).unwrap() == Admission::Accepted {
+                        *accepted.entry(ev.key).or_default() += 1;
+                    }
+                }
+                Op::Watermark(w) => engine.advance_watermark(w).unwrap(),
+                Op::Proc(d) => engine.advance_processing_time(engine.processing_time() + d).unwrap(),
+            }
+            panes.extend(engine.take_panes());
+        }
+        engine.finish().unwrap();
+        panes.extend(engine.take_panes());
+        let mut in_panes = std::collections::BTreeMap::<String, u64>::new();
+        if discarding {
+            // Each element is in exactly one pane of its window.
+            for p in &panes {
+                *in_panes.entry(p.key.to_string()).or_default() += p.count;
+            }
+        } else {
+            // The last pane of each window holds all of it, unless a merge retracted the window.
+            let mut last = std::collections::BTreeMap::new();
+            for p in &panes {
+                last.insert((p.key.to_string(), p.window), p);
+            }
+            for ((key, _), p) in last {
+                if p.timing != Timing::Retract {
+                    *in_panes.entry(key).or_default() += p.count;
+                }
+            }
+        }
+        accepted.retain(|_, n| *n > 0);
+        in_panes.retain(|_, n| *n > 0);
+        prop_assert_eq!(in_panes, accepted, "{}", trigger);
     }
 
     #[test]

@@ -314,3 +314,103 @@ fn the_fingerprint_follows_what_shapes_state_and_nothing_else() {
         assert_ne!(fp(&other), before, "{other}");
     }
 }
+
+/// Validates a pipeline with this window, top-level line and trigger section: the fields of every
+/// violation, or the warnings.
+fn check(
+    window: &str,
+    top: &str,
+    trigger: &str,
+) -> Result<(PipelineSpec, Vec<String>), Vec<String>> {
+    let text = format!(
+        "name = \"x\"\n{top}\n[input]\nkey = \"k\"\ntimestamp = \"t\"\n[window]\n{window}\n[trigger]\n{trigger}\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n"
+    );
+    match parse_raw(&text, no_env()).unwrap().validate() {
+        Ok(ok) => Ok(ok),
+        Err(ConfigError::Invalid(v)) => Err(v.into_iter().map(|v| v.field).collect()),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn count_triggers_are_validated() {
+    let tumbling = "type = \"tumbling\"\nsize = \"1m\"";
+    let t = |trigger: &str| check(tumbling, "", trigger).map(|(s, _)| s.engine.trigger);
+    let ok = t("late_count = 10\nearly_count = 100\nearly_every = \"5s\"").unwrap();
+    assert_eq!(ok.late, LateFiring::Count(10));
+    assert_eq!((ok.early_count, ok.early_every), (Some(100), Some(5_000)));
+    // late_count = 1 is every_element, and may say so twice.
+    assert_eq!(t("late_count = 1").unwrap().late, LateFiring::EveryElement);
+    assert_eq!(
+        t("late_count = 1\nlate = \"every_element\"").unwrap().late,
+        LateFiring::EveryElement
+    );
+    for (bad, field) in [
+        ("late_count = 0", "trigger.late_count"),
+        ("late_count = -3", "trigger.late_count"),
+        ("early_count = 0", "trigger.early_count"),
+        ("late_count = 5\nlate = \"none\"", "trigger.late_count"),
+        (
+            "late_count = 5\nlate = \"every_element\"",
+            "trigger.late_count",
+        ),
+    ] {
+        assert_eq!(t(bad).unwrap_err(), vec![field], "{bad}");
+    }
+}
+
+#[test]
+fn global_windows_need_an_early_trigger_and_have_nothing_late() {
+    let global = "type = \"global\"\nidle_expiry = \"1h\"";
+    let (spec, warnings) = check(global, "", "early_count = 100").unwrap();
+    assert_eq!(
+        spec.engine.window,
+        WindowKind::Global {
+            idle_expiry: Some(3_600_000)
+        }
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let (_, warnings) = check("type = \"global\"", "", "early_every = \"1s\"").unwrap();
+    assert!(
+        warnings[0].starts_with("window.idle_expiry"),
+        "{warnings:?}"
+    );
+    assert_eq!(check(global, "", "").unwrap_err(), vec!["trigger"]);
+    assert_eq!(
+        check(
+            global,
+            "allowed_lateness = \"1m\"",
+            "early_count = 2\nlate_count = 3"
+        )
+        .unwrap_err(),
+        vec!["trigger.late_count", "allowed_lateness"]
+    );
+    assert_eq!(
+        check(
+            "type = \"global\"\nidle_expiry = \"0s\"",
+            "",
+            "early_count = 2"
+        )
+        .unwrap_err(),
+        vec!["window.idle_expiry"]
+    );
+    // idle_expiry belongs to global windows only.
+    let text = "name = \"x\"\n[input]\nkey = \"k\"\ntimestamp = \"t\"\n[window]\ntype = \"tumbling\"\nsize = \"1m\"\nidle_expiry = \"1h\"\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n";
+    assert!(parse_raw(text, no_env()).is_err());
+}
+
+#[test]
+fn the_fingerprint_of_a_pipeline_without_count_triggers_is_unchanged() {
+    // Pinned on the commit before count triggers existed (61f428a): adding early_count must not
+    // invalidate the state of pipelines that do not use it.
+    let (plain, _) = check("type = \"tumbling\"\nsize = \"1m\"", "", "").unwrap();
+    assert_eq!(plain.fingerprint(), "a9c85834ceeb6089");
+    let (counted, _) = check("type = \"tumbling\"\nsize = \"1m\"", "", "early_count = 5").unwrap();
+    let (late, _) = check("type = \"tumbling\"\nsize = \"1m\"", "", "late_count = 1").unwrap();
+    assert_ne!(plain.fingerprint(), counted.fingerprint());
+    assert_eq!(
+        plain.fingerprint(),
+        late.fingerprint(),
+        "late_count = 1 is the default"
+    );
+}
