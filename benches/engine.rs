@@ -9,7 +9,8 @@
 //! 1-minute windows fire several times; 100,000 for sliding windows, each key about once a second,
 //! so a key fires about one pane per event; 100 for sessions: a key's events come about 1,000 s of
 //! event time apart, so about one gap in six is longer than the 30-minute gap and sessions open,
-//! grow, merge, fire and expire all through the run, over about 14 hours of event time),
+//! grow, merge, fire and expire all through the run, over about 14 hours of event time; 20,000
+//! for the global-window counters, whose panes fire by count whatever the event time),
 //! `TIDEMARK_BENCH_ONLY` (run one scenario by name).
 
 use std::process::Command;
@@ -30,6 +31,8 @@ struct Scenario {
     rate: u64,
     /// Overrides of (events, keys) for the naive comparison runs.
     small: bool,
+    /// The `[trigger]` section's lines.
+    trigger: &'static str,
 }
 
 const SCENARIOS: &[Scenario] = &[
@@ -39,6 +42,7 @@ const SCENARIOS: &[Scenario] = &[
         window: "type = \"tumbling\"\nsize = \"1m\"",
         layout: None,
         small: false,
+        trigger: "",
     },
     Scenario {
         name: "sliding-1h-1s",
@@ -46,6 +50,7 @@ const SCENARIOS: &[Scenario] = &[
         window: "type = \"sliding\"\nsize = \"1h\"\nslide = \"1s\"",
         layout: None,
         small: false,
+        trigger: "",
     },
     Scenario {
         name: "session-30m",
@@ -53,6 +58,7 @@ const SCENARIOS: &[Scenario] = &[
         window: "type = \"session\"\ngap = \"30m\"",
         layout: None,
         small: false,
+        trigger: "",
     },
     Scenario {
         name: "sliding-1h-1s-sliced-small",
@@ -60,6 +66,7 @@ const SCENARIOS: &[Scenario] = &[
         window: "type = \"sliding\"\nsize = \"1h\"\nslide = \"1s\"",
         layout: None,
         small: true,
+        trigger: "",
     },
     Scenario {
         name: "sliding-1h-1s-naive-small",
@@ -67,6 +74,26 @@ const SCENARIOS: &[Scenario] = &[
         window: "type = \"sliding\"\nsize = \"1h\"\nslide = \"1s\"",
         layout: Some("per-window"),
         small: true,
+        trigger: "",
+    },
+    // The Dataflow model's "real-time counter": a global window per key firing every 100
+    // elements. Without an idle expiry its one timer per key never moves; with one, every event
+    // moves its key's expiry timer.
+    Scenario {
+        name: "global-count-100",
+        rate: 20_000,
+        window: "type = \"global\"",
+        layout: None,
+        small: false,
+        trigger: "early_count = 100",
+    },
+    Scenario {
+        name: "global-count-100-idle-1h",
+        rate: 20_000,
+        window: "type = \"global\"\nidle_expiry = \"1h\"",
+        layout: None,
+        small: false,
+        trigger: "early_count = 100",
     },
 ];
 
@@ -130,8 +157,8 @@ fn run_one(sc: &Scenario) {
         keys = 1_000;
     }
     let text = format!(
-        "name = \"bench\"\n[input]\nkey = \"k\"\ntimestamp = \"t\"\n[window]\n{}\n[watermark]\nmax_out_of_orderness = \"2s\"\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n",
-        sc.window
+        "name = \"bench\"\n[input]\nkey = \"k\"\ntimestamp = \"t\"\n[window]\n{}\n[watermark]\nmax_out_of_orderness = \"2s\"\n[trigger]\n{}\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n",
+        sc.window, sc.trigger
     );
     let (spec, _) = parse_raw(&text, Vec::new()).unwrap().validate().unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -178,3 +178,84 @@ fn simulate_reads_several_inputs_as_several_watermark_sources() {
     );
     assert!(err.contains("\"reason\":\"late\""), "{err}");
 }
+
+/// Runs `simulate` on one of the Dataflow examples: (timing, count, revenue) of each pane, and
+/// the number of dead letters.
+fn dataflow_example(pipeline: &str) -> (Vec<(String, u64, f64)>, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let (panes, dead) = (dir.path().join("p.jsonl"), dir.path().join("d.jsonl"));
+    let out = tidemark()
+        .args(["simulate", "--config"])
+        .arg(root().join("examples/dataflow").join(pipeline))
+        .arg("--input")
+        .arg(root().join("examples/dataflow/events.jsonl"))
+        .arg("--output")
+        .arg(&panes)
+        .arg("--dead-letter")
+        .arg(&dead)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let panes = std::fs::read_to_string(panes)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["timing"].as_str().unwrap().to_string(),
+                v["count"].as_u64().unwrap(),
+                v["revenue"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    (
+        panes,
+        std::fs::read_to_string(dead).unwrap().lines().count(),
+    )
+}
+
+/// The README's Dataflow section shows both example pipelines as they are, and the panes they
+/// give: corrections every 10 late orders and a last one at expiry; counters that fire early by
+/// the clock and once more when the input ends.
+#[test]
+fn the_dataflow_examples_run_as_the_readme_says() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    for file in ["corrections.toml", "counters.toml"] {
+        let text = std::fs::read_to_string(root().join("examples/dataflow").join(file)).unwrap();
+        assert!(
+            readme.contains(&text),
+            "README does not show examples/dataflow/{file} as it is"
+        );
+    }
+    let p = |t: &str, n: u64, r: f64| (t.to_string(), n, r);
+    assert_eq!(
+        dataflow_example("corrections.toml"),
+        (
+            vec![
+                p("ON_TIME", 8, 56.0),
+                p("ON_TIME", 4, 22.0),
+                p("LATE", 10, 100.0),
+                p("LATE", 10, 100.0),
+                p("LATE", 3, 30.0),
+                p("LATE", 2, 10.0),
+            ],
+            1
+        )
+    );
+    assert_eq!(
+        dataflow_example("counters.toml"),
+        (
+            vec![
+                p("EARLY", 8, 56.0),
+                p("EARLY", 4, 22.0),
+                p("ON_TIME", 6, 32.0),
+                p("ON_TIME", 32, 385.0),
+            ],
+            0
+        )
+    );
+}

@@ -49,6 +49,18 @@ fn ops(max_ts: i64) -> impl Strategy<Value = Vec<Op>> {
     )
 }
 
+/// Like [`ops`], with moves of the processing-time clock among them.
+fn ops_with_clock(max_ts: i64) -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(
+        prop_oneof![
+            6 => (0u8..3, -20i64..max_ts, -50i64..50).prop_map(|(key, ts, v)| Op::Event { key, ts, v }),
+            1 => (-20i64..max_ts).prop_map(Op::Watermark),
+            2 => (1i64..8).prop_map(Op::Proc),
+        ],
+        0..80,
+    )
+}
+
 fn drive(engine: &mut Engine, ops: &[Op]) -> Vec<Pane> {
     let mut panes = Vec::new();
     for op in ops {
@@ -173,11 +185,11 @@ proptest! {
 
     #[test]
     fn reopening_flushed_state_changes_nothing(
-        ops in ops(150),
+        ops in ops_with_clock(150),
         cut_every in 1usize..12,
         kind in 0u8..4,
         lateness in 0i64..40,
-        counts in 0u8..4,
+        counts in 0u8..5,
     ) {
         let window = match kind {
             0 => "type = \"tumbling\"\nsize = \"10ms\"",
@@ -186,12 +198,15 @@ proptest! {
             _ => "type = \"global\"\nidle_expiry = \"30ms\"",
         };
         // Pending counts and latest element times are part of the stored state.
+        // So are early deadlines, in processing time, which a restarted process carries on.
         let trigger = match (kind, counts) {
+            (3, 4) => "early_count = 4\nearly_every = \"5ms\"",
             (3, _) => "early_count = 2",
             (_, 0) => "",
             (_, 1) => "late_count = 3",
             (_, 2) => "early_count = 2",
-            _ => "early_count = 2\nlate_count = 2",
+            (_, 3) => "early_count = 2\nlate_count = 2",
+            _ => "early_every = \"5ms\"\nearly_count = 3\nlate_count = 2",
         };
         let lateness = if kind == 3 { 0 } else { lateness };
         let s = spec(window, &format!("allowed_lateness = \"{lateness}ms\""), trigger, ALL);
@@ -202,11 +217,12 @@ proptest! {
         // Same ops, but flush, close and reopen every `cut_every` ops with a 1-key cache.
         let dir = tempfile::tempdir().unwrap();
         let mut got = Vec::new();
-        let mut wm = i64::MIN;
+        let (mut wm, mut now) = (i64::MIN, 0);
         for chunk in ops.chunks(cut_every) {
             let store = StateStore::open(dir.path()).unwrap();
             let mut e = Engine::open_with_layout(&s.engine, &store, 0, layout, 1).unwrap();
             e.advance_watermark(wm).unwrap();
+            e.advance_processing_time(now).unwrap();
             prop_assert!(e.take_panes().is_empty(), "reopening fired panes");
             for op in chunk {
                 match *op {
@@ -214,12 +230,12 @@ proptest! {
                         e.process(&Event { key: format!("k{key}"), ts, values: vec![v as f64] }).unwrap();
                     }
                     Op::Watermark(w) => e.advance_watermark(w).unwrap(),
-                    Op::Proc(_) => unreachable!("ops() moves no clock"),
+                    Op::Proc(d) => e.advance_processing_time(e.processing_time() + d).unwrap(),
                 }
                 got.extend(e.take_panes());
                 e.flush().unwrap();
             }
-            wm = e.watermark();
+            (wm, now) = (e.watermark(), e.processing_time());
         }
         let store = StateStore::open(dir.path()).unwrap();
         let mut e = Engine::open_with_layout(&s.engine, &store, 0, layout, 1).unwrap();
@@ -231,14 +247,7 @@ proptest! {
 
     #[test]
     fn no_accepted_element_is_in_zero_panes(
-        ops in prop::collection::vec(
-            prop_oneof![
-                6 => (0u8..3, -20i64..150, -50i64..50).prop_map(|(key, ts, v)| Op::Event { key, ts, v }),
-                1 => (-20i64..150).prop_map(Op::Watermark),
-                2 => (1i64..8).prop_map(Op::Proc),
-            ],
-            0..80,
-        ),
+        ops in ops_with_clock(150),
         kind in 0u8..4,
         early_count in prop::option::of(1u32..5),
         early_every in prop::option::of(1i64..10),

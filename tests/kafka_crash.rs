@@ -2,9 +2,11 @@
 //! while input is still being produced, and restarted alternately on the same state directory and
 //! on a fresh one (which forces a restore from the changelog). At the end every expected pane —
 //! computed by `tidemark simulate` on each partition's records — is committed exactly once with the
-//! expected value, and so is every dead letter. Judged from the raw log by `audit`. It runs once
-//! with sliding windows (slices and derived cursors in the changelog) and once with sessions
-//! (stored by start, merging, with retractions).
+//! expected value, and so is every dead letter. Judged from the raw log by `audit`. It runs with
+//! sliding windows (slices and derived cursors in the changelog), with sessions (stored by start,
+//! merging, with retractions), with late firings every 10 late elements on input heavy with late
+//! data (pending counts in the changelog, final panes at expiry), and with a global window per key
+//! firing every 25 elements and expiring idle keys.
 
 mod common;
 
@@ -15,18 +17,63 @@ const PARTITIONS: i32 = 3;
 const SLIDING: &str = "type = \"sliding\"\nsize = \"2s\"\nslide = \"500ms\"";
 const SESSIONS: &str = "type = \"session\"\ngap = \"150ms\"";
 
-fn config(broker: &str, state: &std::path::Path, window: &str) -> String {
+/// A pipeline's shape: the window section, the watermark's out-of-orderness, allowed lateness
+/// and the trigger section.
+#[derive(Clone, Copy)]
+struct Shape {
+    window: &'static str,
+    out_of_orderness: &'static str,
+    lateness: &'static str,
+    trigger: &'static str,
+}
+
+const fn windowed(window: &'static str) -> Shape {
+    Shape {
+        window,
+        out_of_orderness: "300ms",
+        lateness: "1s",
+        trigger: "",
+    }
+}
+
+/// Tumbling 1 s windows, no out-of-orderness allowance and 5 s of lateness, a LATE pane every 10
+/// late elements; the input (below) has a quarter of its events up to 3 s late.
+const LATE_COUNT: Shape = Shape {
+    window: "type = \"tumbling\"\nsize = \"1s\"",
+    out_of_orderness: "0ms",
+    lateness: "5s",
+    trigger: "late_count = 10\naccumulation = \"discarding\"",
+};
+
+/// A global window per key: an EARLY pane every 25 elements, and a final pane 2 s of event time
+/// after a key's latest element.
+const GLOBAL: Shape = Shape {
+    window: "type = \"global\"\nidle_expiry = \"2s\"",
+    out_of_orderness: "300ms",
+    lateness: "0s",
+    trigger: "early_count = 25",
+};
+
+fn config(broker: &str, state: &std::path::Path, shape: Shape) -> String {
+    let Shape {
+        window,
+        out_of_orderness,
+        lateness,
+        trigger,
+    } = shape;
     format!(
         r#"
 name = "crash"
-allowed_lateness = "1s"
+allowed_lateness = "{lateness}"
 [input]
 key = "user"
 timestamp = "ts"
 [window]
 {window}
 [watermark]
-max_out_of_orderness = "300ms"
+max_out_of_orderness = "{out_of_orderness}"
+[trigger]
+{trigger}
 [[aggregations]]
 name = "n"
 op = "count"
@@ -56,15 +103,32 @@ max_batch_records = 200
 
 #[test]
 fn kill_9_never_loses_or_duplicates() {
-    kill_9_run(SLIDING);
+    kill_9_run(windowed(SLIDING), common::Shape::default());
 }
 
 #[test]
 fn kill_9_never_loses_or_duplicates_sessions() {
-    kill_9_run(SESSIONS);
+    kill_9_run(windowed(SESSIONS), common::Shape::default());
 }
 
-fn kill_9_run(window: &str) {
+#[test]
+fn kill_9_never_loses_or_duplicates_late_count() {
+    // Three keys, one per partition, and one event in four up to 3 s late: a key's 1 s window
+    // gets about 16 late elements, so count firings and final panes at expiry both happen.
+    let late_heavy = common::Shape {
+        users: 3,
+        jitter_one_in: 4,
+        max_jitter_ms: 3_000,
+    };
+    kill_9_run(LATE_COUNT, late_heavy);
+}
+
+#[test]
+fn kill_9_never_loses_or_duplicates_global_window() {
+    kill_9_run(GLOBAL, common::Shape::default());
+}
+
+fn kill_9_run(window: Shape, shape: common::Shape) {
     let broker = common::Broker::start();
     broker.create_topic("events", PARTITIONS);
     let dir = tempfile::tempdir().unwrap();
@@ -77,12 +141,45 @@ fn kill_9_run(window: &str) {
     let same = cfg_path("state-a");
     // The input: 6,000 records (with late and malformed ones) produced over about 30 s while the
     // processor is being killed; the expected panes come from simulate on each partition.
-    let scenario = common::Scenario::generate_for(
+    let scenario = common::Scenario::generate_shaped(
         &std::fs::read_to_string(&same).unwrap(),
         PARTITIONS,
         6_000,
         7,
+        shape,
     );
+    let timings = |t: &str| scenario.expected.iter().filter(|p| p.contains(t)).count();
+    eprintln!(
+        "expected panes: {} (EARLY {}, ON_TIME {}, LATE {}), dead letters {}",
+        scenario.expected.len(),
+        timings("\"EARLY\""),
+        timings("\"ON_TIME\""),
+        timings("\"LATE\""),
+        scenario.expected_dead
+    );
+    // The input must exercise what the pipeline is here for.
+    if window.trigger.contains("late_count") {
+        let late = |p: &&String| p.contains("\"LATE\"");
+        assert!(
+            scenario
+                .expected
+                .iter()
+                .filter(late)
+                .any(|p| p.contains("\"count\":10,")),
+            "no LATE pane fired by the count"
+        );
+        assert!(
+            scenario
+                .expected
+                .iter()
+                .filter(late)
+                .any(|p| !p.contains("\"count\":10,")),
+            "no final LATE pane at expiry"
+        );
+    }
+    if window.window.contains("global") {
+        assert!(timings("\"EARLY\"") > 0 && timings("\"ON_TIME\"") > 0);
+    }
     let producer_thread = scenario.produce(&broker.addr, 50, Duration::from_millis(250));
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
