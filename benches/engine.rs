@@ -4,7 +4,8 @@
 //! Run: `cargo bench --bench engine` (or `scripts/bench-engine.sh`). Each scenario runs in its own
 //! child process so its peak RSS is its own. Figures are printed as a table; nothing is asserted.
 //!
-//! Environment: `TIDEMARK_BENCH_EVENTS` (default 5,000,000), `TIDEMARK_BENCH_KEYS` (100,000),
+//! Environment: `TIDEMARK_BENCH_EVENTS` (default 5,000,000; 20,000,000 for the global-window
+//! counters, so each of their keys reaches its count of 100 twice), `TIDEMARK_BENCH_KEYS` (100,000),
 //! `TIDEMARK_BENCH_RATE` (event-time events per second; by default 20,000 for tumbling windows, so
 //! 1-minute windows fire several times; 100,000 for sliding windows, each key about once a second,
 //! so a key fires about one pane per event; 100 for sessions: a key's events come about 1,000 s of
@@ -33,6 +34,8 @@ struct Scenario {
     small: bool,
     /// The `[trigger]` section's lines.
     trigger: &'static str,
+    /// Events when `TIDEMARK_BENCH_EVENTS` is not set.
+    events: u64,
 }
 
 const SCENARIOS: &[Scenario] = &[
@@ -43,6 +46,7 @@ const SCENARIOS: &[Scenario] = &[
         layout: None,
         small: false,
         trigger: "",
+        events: 5_000_000,
     },
     Scenario {
         name: "sliding-1h-1s",
@@ -51,6 +55,7 @@ const SCENARIOS: &[Scenario] = &[
         layout: None,
         small: false,
         trigger: "",
+        events: 5_000_000,
     },
     Scenario {
         name: "session-30m",
@@ -59,6 +64,7 @@ const SCENARIOS: &[Scenario] = &[
         layout: None,
         small: false,
         trigger: "",
+        events: 5_000_000,
     },
     Scenario {
         name: "sliding-1h-1s-sliced-small",
@@ -67,6 +73,7 @@ const SCENARIOS: &[Scenario] = &[
         layout: None,
         small: true,
         trigger: "",
+        events: 5_000_000,
     },
     Scenario {
         name: "sliding-1h-1s-naive-small",
@@ -75,6 +82,7 @@ const SCENARIOS: &[Scenario] = &[
         layout: Some("per-window"),
         small: true,
         trigger: "",
+        events: 5_000_000,
     },
     // The Dataflow model's "real-time counter": a global window per key firing every 100
     // elements. Without an idle expiry its one timer per key never moves; with one, every event
@@ -86,6 +94,8 @@ const SCENARIOS: &[Scenario] = &[
         layout: None,
         small: false,
         trigger: "early_count = 100",
+        // 200 events per key, so each key fires its count twice.
+        events: 20_000_000,
     },
     Scenario {
         name: "global-count-100-idle-1h",
@@ -94,6 +104,8 @@ const SCENARIOS: &[Scenario] = &[
         layout: None,
         small: false,
         trigger: "early_count = 100",
+        // 200 events per key, so each key fires its count twice.
+        events: 20_000_000,
     },
 ];
 
@@ -146,7 +158,7 @@ fn set_key(out: &mut String, k: u64) {
 
 fn run_one(sc: &Scenario) {
     let (mut events, mut keys) = (
-        env_u64("TIDEMARK_BENCH_EVENTS", 5_000_000),
+        env_u64("TIDEMARK_BENCH_EVENTS", sc.events),
         env_u64("TIDEMARK_BENCH_KEYS", 100_000),
     );
     let rate = env_u64("TIDEMARK_BENCH_RATE", sc.rate);
