@@ -508,3 +508,16 @@ pub fn run(spec: PipelineSpec, shutdown: &AtomicBool) -> Result<(), SinkError> {
     let decoder = Decoder::for_output(&spec.output_format);
     super::run(&k, &decoder, batching, &mut sink, shutdown)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::timestamp;
+
+    #[test]
+    fn a_global_windows_bounds_are_the_infinities() {
+        assert_eq!(timestamp(i64::MIN), "-infinity");
+        assert_eq!(timestamp(i64::MAX), "infinity");
+        assert_eq!(timestamp(0), "1970-01-01 00:00:00.000+00");
+        assert_eq!(timestamp(-1), "1969-12-31 23:59:59.999+00");
+    }
+}

@@ -426,13 +426,15 @@ impl Engine {
             }
             self.out
                 .after_element(&ev.key, w, passed, st, false, &trigger, now);
-            timers.push((
-                w,
-                old_ev,
-                rules.window_timer(&w, st),
-                old_proc,
-                st.early_deadline,
-            ));
+            // A global window's idle expiry moves with nearly every element; its timer stays
+            // where it is, at or before the expiry, and `on_expire` moves it on when it comes
+            // due early (one timer move per idle expiry instead of one per element).
+            let new_ev = if idle_expiry && old_ev.is_some() {
+                old_ev
+            } else {
+                rules.window_timer(&w, st)
+            };
+            timers.push((w, old_ev, new_ev, old_proc, st.early_deadline));
         }
         self.apply_timer_changes(&ev.key, timers);
         Ok(if accepted {
@@ -675,7 +677,7 @@ impl Engine {
         while let Some(t) = self.state.timers().pop_event(wm) {
             match t.kind {
                 TimerKind::Fire => self.on_fire(&t.key, t.window)?,
-                TimerKind::Expire => self.on_expire(&t.key, t.window)?,
+                TimerKind::Expire => self.on_expire(&t.key, t.window, t.time)?,
                 TimerKind::KeyService => self.on_key_service(&t.key, t.time)?,
             }
         }
@@ -737,14 +739,23 @@ impl Engine {
     /// Expires a window: elements accepted into it that no pane holds yet fire one final pane
     /// first (Beam Java's FIRE_IF_NON_EMPTY; LATE, or ON_TIME for a global window's idle
     /// expiry). Then its state goes; a global window keeps only its next pane index, so a key that
-    /// comes back continues its panes' indexes under the same dedup id.
-    fn on_expire(&mut self, key: &str, w: Window) -> Result<(), EngineError> {
+    /// comes back continues its panes' indexes under the same dedup id. A timer due (`at`)
+    /// before the window's expiry, a global window's left behind its moving idle expiry, moves on
+    /// to it instead.
+    fn on_expire(&mut self, key: &str, w: Window, at: i64) -> Result<(), EngineError> {
         let rules = self.rules;
         let keep_last = rules.sessions();
         let ks = self.state.key_mut(key, &rules)?;
         let Some(st) = ks.windows.get_mut(&w) else {
             return Ok(());
         };
+        if let Some(due) = rules.window_timer(&w, st).filter(|&(t, _)| t > at) {
+            // A global window's timer that stayed behind its moving idle expiry: put where the
+            // expiry is now, so it fires (in this advance, if due) in the order an exact timer
+            // would have.
+            self.state.timers().set_event(key, w, None, Some(due));
+            return Ok(());
+        }
         let old_proc = st.early_deadline;
         if st.pending > 0 {
             let timing = if w.is_global() {
