@@ -138,5 +138,6 @@ mod tests {
             window_text(0, 86_400_000, &utc),
             "1970-01-01 00:00:00.000 – 1970-01-02 00:00:00.000"
         );
+        assert_eq!(window_text(i64::MIN, i64::MAX, &utc), "global");
     }
 }

@@ -417,6 +417,28 @@ fn panes_and_dead_letters_read_back_with_the_published_schemas() {
             ("user-1", 60_000, 120_000, Timing::Late, 2, 3, 3)
         );
         assert_eq!(back.aggregate("revenue"), Some(7.5));
+        assert_eq!(
+            back.aggregates.len(),
+            1,
+            "global_window is not an aggregate"
+        );
+        assert_eq!(f["global_window"], Value::Boolean(false));
+
+        // A global window's pane: the extreme longs, and the flag set.
+        let mut global = pane(Timing::Early, vec![Some(1.0)]);
+        global.window = Window::GLOBAL;
+        let b = enc.pane(&global, 0, &spec.engine.aggregations).unwrap();
+        let Value::Record(fields) = decode_value(&window_result, framing, &b).unwrap() else {
+            panic!("not a record")
+        };
+        let f: HashMap<String, Value> = fields.into_iter().collect();
+        assert_eq!(f["global_window"], Value::Boolean(true));
+        assert_eq!(f["window_start"], Value::TimestampMillis(i64::MIN));
+        assert_eq!(f["window_end"], Value::TimestampMillis(i64::MAX));
+        let back = tidemark::format::Decoder::new(Some(framing))
+            .pane(&b)
+            .unwrap();
+        assert_eq!((back.window_start, back.window_end), (i64::MIN, i64::MAX));
 
         let info = DeadLetter {
             reason: "malformed".into(),
