@@ -24,8 +24,23 @@ pub struct Broker {
     pub addr: String,
 }
 
+/// Where the broker's output goes: the file `TIDEMARK_BROKER_LOG` names, or nowhere.
+fn broker_log() -> Stdio {
+    match std::env::var_os("TIDEMARK_BROKER_LOG") {
+        Some(path) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_or_else(|_| Stdio::null(), Stdio::from),
+        None => Stdio::null(),
+    }
+}
+
 impl Broker {
     /// Starts Tansu with memory storage on a free port and waits until it accepts connections.
+    /// With `TIDEMARK_BROKER_LOG=FILE` set, the broker's output is appended to FILE (its level
+    /// set by `RUST_LOG`, e.g. `tansu_broker::coordinator::group=debug` to follow the group
+    /// coordinator); otherwise it is discarded.
     pub fn start() -> Broker {
         let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/tansu");
         assert!(
@@ -45,8 +60,8 @@ impl Broker {
                 &url,
             ])
             .args(["--storage-engine", "memory://tansu/"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(broker_log())
+            .stderr(broker_log())
             .spawn()
             .expect("start tansu");
         let deadline = Instant::now() + Duration::from_secs(10);
