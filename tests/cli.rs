@@ -71,8 +71,9 @@ fn validate_names_unknown_keys() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("early_evry"));
 }
 
-#[test]
-fn simulate_runs_the_example() {
+/// Runs `simulate` on a pipeline and an input under `examples/`: the text of the pane and
+/// dead-letter files.
+fn simulate_example(pipeline: &str, input: &str) -> (String, String) {
     let dir = tempfile::tempdir().unwrap();
     let (panes, dead) = (
         dir.path().join("panes.jsonl"),
@@ -80,9 +81,9 @@ fn simulate_runs_the_example() {
     );
     let out = tidemark()
         .args(["simulate", "--config"])
-        .arg(root().join("examples/clicks/pipeline.toml"))
+        .arg(root().join("examples").join(pipeline))
         .arg("--input")
-        .arg(root().join("examples/clicks/events.jsonl"))
+        .arg(root().join("examples").join(input))
         .arg("--output")
         .arg(&panes)
         .arg("--dead-letter")
@@ -94,8 +95,15 @@ fn simulate_runs_the_example() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let panes = std::fs::read_to_string(panes).unwrap();
-    let dead = std::fs::read_to_string(dead).unwrap();
+    (
+        std::fs::read_to_string(panes).unwrap(),
+        std::fs::read_to_string(dead).unwrap(),
+    )
+}
+
+#[test]
+fn simulate_runs_the_example() {
+    let (panes, dead) = simulate_example("clicks/pipeline.toml", "clicks/events.jsonl");
     assert!(panes.lines().count() >= 5, "{panes}");
     for timing in ["EARLY", "ON_TIME", "LATE"] {
         assert!(panes.contains(timing), "no {timing} pane in:\n{panes}");
@@ -182,26 +190,8 @@ fn simulate_reads_several_inputs_as_several_watermark_sources() {
 /// Runs `simulate` on one of the Dataflow examples: (timing, count, revenue) of each pane, and
 /// the number of dead letters.
 fn dataflow_example(pipeline: &str) -> (Vec<(String, u64, f64)>, usize) {
-    let dir = tempfile::tempdir().unwrap();
-    let (panes, dead) = (dir.path().join("p.jsonl"), dir.path().join("d.jsonl"));
-    let out = tidemark()
-        .args(["simulate", "--config"])
-        .arg(root().join("examples/dataflow").join(pipeline))
-        .arg("--input")
-        .arg(root().join("examples/dataflow/events.jsonl"))
-        .arg("--output")
-        .arg(&panes)
-        .arg("--dead-letter")
-        .arg(&dead)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let panes = std::fs::read_to_string(panes)
-        .unwrap()
+    let (panes, dead) = simulate_example(&format!("dataflow/{pipeline}"), "dataflow/events.jsonl");
+    let panes = panes
         .lines()
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
@@ -212,10 +202,7 @@ fn dataflow_example(pipeline: &str) -> (Vec<(String, u64, f64)>, usize) {
             )
         })
         .collect();
-    (
-        panes,
-        std::fs::read_to_string(dead).unwrap().lines().count(),
-    )
+    (panes, dead.lines().count())
 }
 
 /// The README's Dataflow section shows both example pipelines as they are, and the panes they

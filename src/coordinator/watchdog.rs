@@ -19,7 +19,9 @@
 //! than ownerless (a long restore) is not rebalanced again and again.
 
 use crate::config::KafkaSpec;
-use crate::kafka::group::{parse_assignment, unowned, StallWatch, Standing, Verdict, WedgeWatch};
+use crate::kafka::group::{
+    parse_assignment, unowned, LeaderCheck, StallWatch, Standing, Verdict, WedgeWatch,
+};
 use crate::kafka::raw_log::Peeker;
 use crate::metrics as m;
 use metrics::gauge;
@@ -101,6 +103,7 @@ impl Watchdog {
                     bootstrap,
                     topics,
                     owned_here,
+                    session_ms: session,
                 };
                 watch(watched, bound_ms, r, s)
             })
@@ -125,6 +128,8 @@ struct Watched {
     bootstrap: String,
     topics: Vec<String>,
     owned_here: Arc<AtomicUsize>,
+    /// The members' session timeout.
+    session_ms: i64,
 }
 
 /// The watchdog thread's loop.
@@ -145,10 +150,12 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicBool>, stop: Arc<AtomicBoo
         let Some((_, counts)) = &counts else {
             continue;
         };
+        let mut blind = false;
         let unowned = match look(&w.client, &w.group, counts, &w.owned_here) {
             Look::Unowned(unowned) => unowned,
             Look::Unknown => continue,
             Look::Blind => {
+                blind = true;
                 if !said_blind {
                     tracing::info!(
                         "the broker's group description carries no members or no assignments: \
@@ -172,7 +179,30 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicBool>, stop: Arc<AtomicBoo
         gauge!(m::UNOWNED_PARTITIONS).set(unowned.len() as f64);
         // The watch doubles its bound after each wedge until a look finds every owner.
         if wedge.observe(crate::clock::wall_ms(), &unowned) == Verdict::Wedged {
+            if blind {
+                clear_phantom_leader(&w);
+            }
             rejoin.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// On a wedge seen from the log (a broker that reports no assignments, as the test broker), clears
+/// a phantom leader before the rejoin ([`crate::kafka::group::clear_phantom_leader`]): a rejoin
+/// alone cannot heal a group whose leader the broker kept after evicting it.
+fn clear_phantom_leader(w: &Watched) {
+    let session = std::time::Duration::from_millis(w.session_ms.max(1) as u64);
+    match crate::kafka::group::clear_phantom_leader(&w.bootstrap, &w.group, session) {
+        Ok(LeaderCheck::Cleared(leader)) => tracing::warn!(
+            group = %w.group,
+            leader = %leader,
+            "the group's leader is not one of its members (the broker kept it after evicting \
+             it): joined under its id and let the broker evict it again, so the next member to \
+             join leads"
+        ),
+        Ok(LeaderCheck::Member) => {}
+        Err(e) => {
+            tracing::warn!(group = %w.group, error = %e, "checking the group's leader failed")
         }
     }
 }
