@@ -267,8 +267,15 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
     );
     if !pass {
         let kept_dir: PathBuf = dir.keep();
+        // The broker keeps its log in memory: write it out, each record with its producer, epoch
+        // and fate, so a failure can be worked out after the broker is gone.
+        common::hop::dump(
+            &broker.addr,
+            &kept_dir,
+            &["panes", "dead", "scn-changelog", "events"],
+        );
         panic!(
-            "chaos run failed (seed {seed0}); member logs and state kept in {}",
+            "chaos run failed (seed {seed0}); member logs, state and the topics' raw logs (dump-*.txt) kept in {}",
             kept_dir.display()
         );
     }
