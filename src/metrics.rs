@@ -66,6 +66,10 @@ pub const UNOWNED_PARTITIONS: &str = "tidemark_group_unowned_partitions";
 /// Times this member left and rejoined its group because partitions stayed without an owner for
 /// longer than the watchdog's bound (three session timeouts).
 pub const GROUP_WEDGES: &str = "tidemark_group_wedges_total";
+/// Partitions this member dropped because another member had claimed them in the claims topic
+/// since its own claim (the group moved them without telling this member); each time, the
+/// transaction is aborted and the member joins the group again.
+pub const PARTITIONS_SUPERSEDED: &str = "tidemark_partitions_superseded_total";
 /// Records between the consumer's position and the partition's end; labels `topic`, `partition`.
 pub const CONSUMER_LAG: &str = "tidemark_consumer_lag_records";
 /// Seconds the partition's lag takes to process at the partition's recent processing rate
@@ -118,6 +122,7 @@ pub const ALL: &[&str] = &[
     RECOMMENDED_MEMBERS,
     UNOWNED_PARTITIONS,
     GROUP_WEDGES,
+    PARTITIONS_SUPERSEDED,
     HOP_WATERMARK_RECORDS,
     SINK_ROWS,
     SINK_DEAD_LETTERS,
@@ -157,6 +162,10 @@ pub fn describe() {
     describe_counter!(
         GROUP_WEDGES,
         "Rejoins after partitions stayed without an owner for three session timeouts."
+    );
+    describe_counter!(
+        PARTITIONS_SUPERSEDED,
+        "Partitions dropped because another member claimed them after this member did (the transaction aborts and the member rejoins)."
     );
     describe_counter!(
         HOP_WATERMARK_RECORDS,

@@ -272,7 +272,7 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
         common::hop::dump(
             &broker.addr,
             &kept_dir,
-            &["panes", "dead", "scn-changelog", "events"],
+            &["panes", "dead", "scn-changelog", "events", "scn-claims"],
         );
         panic!(
             "chaos run failed (seed {seed0}); member logs, state and the topics' raw logs (dump-*.txt) kept in {}",

@@ -148,6 +148,7 @@ fn the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once(
                 "hop-repartition",
                 "hop-changelog",
                 "hop-offsets",
+                "hop-claims",
                 "panes",
                 "dead",
                 "web",

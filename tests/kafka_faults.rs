@@ -136,6 +136,7 @@ fn injected_faults_never_lose_or_change_a_result() {
     for t in ["events", "panes", "dead", "scn-changelog"] {
         mock.create_topic(t, PARTITIONS, 1).unwrap();
     }
+    mock.create_topic("scn-claims", 1, 1).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let port = common::free_port();
     let cfg = dir.path().join("pipeline.toml");

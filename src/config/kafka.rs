@@ -108,8 +108,14 @@ impl RawConfig {
             .offsets_topic
             .clone()
             .unwrap_or_else(|| format!("{app}-offsets"));
+        let claims_topic = format!("{app}-claims");
         let mut distinct: Vec<&String> = inputs.iter().collect();
-        distinct.extend([&k.output_topic, &k.dead_letter_topic, &changelog]);
+        distinct.extend([
+            &k.output_topic,
+            &k.dead_letter_topic,
+            &changelog,
+            &claims_topic,
+        ]);
         if repartition {
             distinct.extend([&repartition_topic, &offsets_topic]);
         }
@@ -203,6 +209,7 @@ impl RawConfig {
             output_topic: k.output_topic.clone(),
             dead_letter_topic: k.dead_letter_topic.clone(),
             changelog_topic: changelog,
+            claims_topic,
             output_partitions: k.output_partitions,
             commit_interval: commit_interval?,
             max_batch_records: k.max_batch_records.unwrap_or(10_000),

@@ -247,6 +247,10 @@ pub struct KafkaSpec {
     pub dead_letter_topic: String,
     /// Changelog topic.
     pub changelog_topic: String,
+    /// The claims topic (`<application_id>-claims`, one partition): each member writes a claim
+    /// there for every partition it is assigned, and checks before each commit that no other
+    /// member has claimed one of its partitions since (see `coordinator::claims`).
+    pub claims_topic: String,
     /// Partitions for created output and dead-letter topics.
     pub output_partitions: Option<i32>,
     /// Commit interval in ms.

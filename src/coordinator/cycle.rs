@@ -39,10 +39,11 @@ impl Core {
         let started = Instant::now();
         let changes = self.step1_produce_markers_and_changelog()?;
         self.step2_await_deliveries()?;
-        self.step3_send_offsets(consumer)?;
-        self.step4_commit()?;
-        self.step5_write_local_state(changes)?;
-        self.step6_begin()?;
+        self.step3_check_claims()?;
+        self.step4_send_offsets(consumer)?;
+        self.step5_commit()?;
+        self.step6_write_local_state(changes)?;
+        self.step7_begin()?;
         self.report_commit(started);
         self.purge_repartition();
         Ok(())
@@ -93,6 +94,20 @@ impl Core {
 
     /// Step 2: everything produced in the transaction is delivered (or the first failure).
     fn step2_await_deliveries(&mut self) -> Result<(), CycleError> {
+        self.await_deliveries()
+    }
+
+    /// Step 3: no other member has claimed a partition of this member's since its own claim
+    /// (fencing from the log, for brokers that do not check the group generation; see
+    /// [`super::claims`]). It runs after step 2, so this transaction's records are in the log
+    /// before the claims are read.
+    fn step3_check_claims(&mut self) -> Result<(), CycleError> {
+        self.check_claims()
+    }
+
+    /// Waits until everything produced in the open transaction is delivered (or the first
+    /// failure).
+    pub(super) fn await_deliveries(&mut self) -> Result<(), CycleError> {
         let deadline = Instant::now() + Duration::from_millis(self.k.transaction_timeout as u64);
         while self.deliveries.outstanding.load(Ordering::Acquire) > 0 {
             if Instant::now() > deadline {
@@ -110,10 +125,10 @@ impl Core {
         Ok(())
     }
 
-    /// Step 3: the group offsets go into the transaction (a hint; the log's offset markers rule):
+    /// Step 4: the group offsets go into the transaction (a hint; the log's offset markers rule):
     /// the input partitions read, and the repartition partitions' positions, of the partitions
     /// that moved since the last commit.
-    fn step3_send_offsets<C: ConsumerContext>(
+    fn step4_send_offsets<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,
     ) -> Result<(), CycleError> {
@@ -151,8 +166,8 @@ impl Core {
         })
     }
 
-    /// Step 4: the transaction commits.
-    fn step4_commit(&mut self) -> Result<(), CycleError> {
+    /// Step 5: the transaction commits.
+    fn step5_commit(&mut self) -> Result<(), CycleError> {
         let timeout = Duration::from_millis(self.k.transaction_timeout as u64);
         with_retry("commit_transaction", || {
             self.producer.commit_transaction(timeout)
@@ -161,9 +176,9 @@ impl Core {
         Ok(())
     }
 
-    /// Step 5: each partition's state batch, with its offsets, into RocksDB; the sources'
+    /// Step 6: each partition's state batch, with its offsets, into RocksDB; the sources'
     /// positions and reports are committed now.
-    fn step5_write_local_state(&mut self, changes: Vec<(i32, Changes)>) -> Result<(), CycleError> {
+    fn step6_write_local_state(&mut self, changes: Vec<(i32, Changes)>) -> Result<(), CycleError> {
         let changelog = std::mem::take(&mut *self.deliveries.changelog.lock().expect("lock"));
         for (p, ch) in changes {
             let part = self.parts.get_mut(&p).expect("listed");
@@ -194,8 +209,8 @@ impl Core {
         Ok(())
     }
 
-    /// Step 6: the next transaction begins.
-    fn step6_begin(&mut self) -> Result<(), CycleError> {
+    /// Step 7: the next transaction begins.
+    fn step7_begin(&mut self) -> Result<(), CycleError> {
         self.producer.begin_transaction().map_err(|e| {
             classify("begin_transaction", e)
                 .err()
@@ -309,6 +324,7 @@ impl Core {
             Ok(()) => Ok(()),
             Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
             Err(CycleError::Abortable(m)) => self.abort_and_rewind(consumer, &m),
+            Err(CycleError::Superseded(lost)) => self.give_up(consumer, lost),
         }
     }
 }
@@ -350,5 +366,6 @@ pub(super) fn settle<C: ConsumerContext>(
         Ok(()) => Ok(()),
         Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
         Err(CycleError::Abortable(m)) => c.abort_and_rewind(consumer, &m),
+        Err(CycleError::Superseded(lost)) => c.give_up(consumer, lost),
     }
 }

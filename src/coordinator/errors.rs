@@ -31,6 +31,21 @@ pub(super) enum CycleError {
     Abortable(String),
     /// Stop the process.
     Fatal(String),
+    /// Another member has claimed these partitions since this member did (see
+    /// [`super::claims`]): abort, drop them, and join the group again.
+    Superseded(Vec<super::claims::TopicPartition>),
+}
+
+impl CycleError {
+    /// The error in words.
+    pub(super) fn describe(&self) -> String {
+        match self {
+            CycleError::Abortable(m) | CycleError::Fatal(m) => m.clone(),
+            CycleError::Superseded(parts) => {
+                format!("partitions claimed by another member: {parts:?}")
+            }
+        }
+    }
 }
 
 pub(super) fn classify(what: &str, e: KafkaError) -> Result<bool, CycleError> {

@@ -3,7 +3,7 @@
 //! joins again when the group watchdog finds the group wedged (see [`super::watchdog`]).
 
 use super::errors::RunError;
-use super::rebalance::{self, RebalanceContext, Rejoin};
+use super::rebalance::{self, RebalanceContext, Rejoin, Why};
 use super::scaling::Idle;
 use super::Core;
 use crate::config::KafkaSpec;
@@ -48,9 +48,9 @@ impl Membership {
     /// Leaves the group and joins it again ([`rebalance::rejoin`]); a static member comes back
     /// as a dynamic one, with a new consumer without `group.instance.id` (the old one, which
     /// left and holds nothing, is closed).
-    pub(super) fn rejoin(&mut self, bound_ms: i64) -> Result<(), RunError> {
+    pub(super) fn rejoin(&mut self, why: Why) -> Result<(), RunError> {
         let names: Vec<&str> = self.topics.iter().map(String::as_str).collect();
-        match rebalance::rejoin(&self.core, &self.consumer, &names, bound_ms)? {
+        match rebalance::rejoin(&self.core, &self.consumer, &names, why)? {
             Rejoin::Subscribed => Ok(()),
             Rejoin::AsDynamicMember => {
                 self.settings.remove("group.instance.id");

@@ -13,6 +13,8 @@
 //! * `rebalance` — the consumer context: restore on assignment, commit or abort on revocation;
 //! * `sources` — the first stage's committed input offsets, read from the offset markers in the
 //!   offsets topic;
+//! * `claims` — fencing from the log: each member claims its partitions in the claims topic, and
+//!   a member that finds a newer claim of one of its partitions aborts and rejoins;
 //! * `errors` — [`RunError`], and the classification of transactional errors;
 //! * `delivery` — the producer context that tracks the open transaction's deliveries;
 //! * `setup` — topics, decoder and encoder at startup; `telemetry` — metric handles and reports;
@@ -39,12 +41,15 @@
 //!    value or tombstone, stamped with the input (or repartition) offset this transaction commits
 //!    — and its offset marker;
 //! 2. await the delivery of everything produced in the transaction;
-//! 3. `send_offsets_to_transaction` with the consumer's group metadata (a hint for tools, and
+//! 3. read the claims topic: if another member has claimed one of this member's partitions since
+//!    this member did, abort, drop those partitions and rejoin (fencing from the log, see
+//!    `claims`);
+//! 4. `send_offsets_to_transaction` with the consumer's group metadata (a hint for tools, and
 //!    KIP-447 fencing on brokers that check the generation);
-//! 4. `commit_transaction`;
-//! 5. write each partition's state batch to RocksDB together with its offsets, in one WriteBatch,
+//! 5. `commit_transaction`;
+//! 6. write each partition's state batch to RocksDB together with its offsets, in one WriteBatch,
 //!    and take the sources' positions and reports as committed;
-//! 6. begin the next transaction.
+//! 7. begin the next transaction.
 //!
 //! Errors are classified with librdkafka's own predicates: retriable calls are retried; an
 //! abortable error aborts the transaction, drops the uncommitted state, seeks every input
@@ -85,6 +90,7 @@ use std::time::{Duration, Instant};
 use telemetry::{BatchOutcome, Counters};
 use watchdog::Watchdog;
 
+mod claims;
 mod cycle;
 mod delivery;
 mod errors;
@@ -102,6 +108,7 @@ mod watchdog;
 pub use errors::RunError;
 use membership::Membership;
 pub use rebalance::RebalanceContext;
+use rebalance::Why;
 
 /// What `run` does with each record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,6 +190,10 @@ pub struct Core {
     counters: Counters,
     /// How many partitions this member holds, for the group watchdog.
     owned_here: Arc<AtomicUsize>,
+    /// This member's claims of its partitions, for fencing from the log (`None`: not checked).
+    claims: Option<claims::Claims>,
+    /// Set when another member claimed partitions of this member's: the loop rejoins the group.
+    superseded: bool,
 }
 
 /// How often the second stage reads the repartition topic while it finds nothing.
@@ -219,6 +230,10 @@ pub fn run(
     std::fs::create_dir_all(&k.state_dir)
         .map_err(|e| RunError::Startup(format!("{}: {e}", k.state_dir.display())))?;
     let store = open_store(&k, &layout, mode)?;
+    let claims = claims::Claims::start(&k.bootstrap_servers, &k.claims_topic, &k.instance_id)
+        .map_err(|e| {
+            RunError::Startup(format!("reading the claims topic {}: {e}", k.claims_topic))
+        })?;
     let deliveries = Arc::new(Deliveries::default());
     let producer: ThreadedProducer<TxnContext> = producer_config(&k)
         .create_with_context(TxnContext(deliveries.clone()))
@@ -292,6 +307,8 @@ pub fn run(
         last_purge: Instant::now(),
         counters: Counters::default(),
         owned_here: owned_here.clone(),
+        claims: Some(claims),
+        superseded: false,
     }));
     let mut member = Membership::join(
         core.clone(),
@@ -311,7 +328,16 @@ pub fn run(
     let mut result = Ok(());
     'run: while !shutdown.load(Ordering::Relaxed) {
         if let Some(w) = watchdog.as_ref().filter(|w| w.take_rejoin()) {
-            if let Err(e) = member.rejoin(w.bound_ms) {
+            if let Err(e) = member.rejoin(Why::Wedged {
+                bound_ms: w.bound_ms,
+            }) {
+                result = Err(e);
+                break 'run;
+            }
+        }
+        let superseded = std::mem::take(&mut core.lock().expect("lock").superseded);
+        if superseded {
+            if let Err(e) = member.rejoin(Why::Superseded) {
                 result = Err(e);
                 break 'run;
             }

@@ -74,6 +74,13 @@ impl Core {
             pause: TopicPartitionList::new(),
         };
         let fatal = |e: rdkafka::error::KafkaError| RunError::Fatal(e.to_string());
+        // The claims go into the log before the restores read it (see `super::claims`).
+        self.claim(&partitions_of(tpl)).map_err(|e| {
+            RunError::Fatal(format!(
+                "claiming the assigned partitions: {}",
+                e.describe()
+            ))
+        })?;
         let mut restored = self.restore_all(tpl);
         for el in tpl.elements() {
             let (topic, p) = (el.topic().to_string(), el.partition());
@@ -408,22 +415,8 @@ impl Core {
         }
         for el in tpl.elements() {
             let (topic, p) = (el.topic(), el.partition());
-            let windowing = match self.topology {
-                Topology::Direct => true,
-                Topology::Hop { .. } => topic == self.k.repartition_topic,
-                Topology::Passthrough => false,
-            };
-            let removed = if windowing {
-                if let Some(t) = self.tailer.as_mut() {
-                    t.unfollow(p);
-                }
-                self.parts.remove(&p).is_some()
-            } else {
-                let i = self.k.input_topics.iter().position(|t| t == topic);
-                i.and_then(|i| self.sources.remove(&(i as u16, p)))
-                    .is_some()
-            };
-            if !removed {
+            self.release(&(topic.to_string(), p));
+            if !self.drop_partition(topic, p) {
                 continue;
             }
             if lost {
@@ -441,6 +434,28 @@ impl Core {
             self.abort_and_rewind(consumer, "the assignment was lost")?;
         }
         Ok(())
+    }
+}
+
+impl Core {
+    /// Drops partition `p` of `topic` from this member (its engine or its source, and the
+    /// repartition reader's interest); says whether the member held it.
+    pub(super) fn drop_partition(&mut self, topic: &str, p: i32) -> bool {
+        let windowing = match self.topology {
+            Topology::Direct => true,
+            Topology::Hop { .. } => topic == self.k.repartition_topic,
+            Topology::Passthrough => false,
+        };
+        if windowing {
+            if let Some(t) = self.tailer.as_mut() {
+                t.unfollow(p);
+            }
+            self.parts.remove(&p).is_some()
+        } else {
+            let i = self.k.input_topics.iter().position(|t| t == topic);
+            i.and_then(|i| self.sources.remove(&(i as u16, p)))
+                .is_some()
+        }
     }
 }
 
@@ -592,12 +607,24 @@ impl ConsumerContext for RebalanceContext {
 impl Core {
     /// Publishes how many partitions this member holds (the gauge, and the group watchdog's
     /// count).
-    fn set_owned(&self) {
+    pub(super) fn set_owned(&self) {
         let n = self.parts.len() + self.sources.len();
         gauge!(m::ASSIGNED_PARTITIONS).set(n as f64);
         self.owned_here
             .store(n, std::sync::atomic::Ordering::Release);
     }
+}
+
+/// Why a member leaves its group and joins it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Why {
+    /// The group watchdog saw partitions without an owner for longer than `bound_ms`.
+    Wedged {
+        /// The watchdog's bound, in ms.
+        bound_ms: i64,
+    },
+    /// Another member claimed partitions this member held (see [`super::claims`]).
+    Superseded,
 }
 
 /// How [`rejoin`] left the member.
@@ -613,8 +640,9 @@ pub(super) enum Rejoin {
     AsDynamicMember,
 }
 
-/// Leaves the group after the group watchdog found partitions without an owner for longer than
-/// `bound_ms`: logs it, counts it, turns `/readyz` false and commits the open transaction first
+/// Leaves the group and joins it again (`why`: the group watchdog found partitions without an
+/// owner for longer than its bound, or another member claimed partitions of this member's): logs
+/// it, counts a wedge, turns `/readyz` false and commits the open transaction first
 /// (the revocation that leaving brings commits nothing more). A dynamic member subscribes again
 /// at once; a static one gives up its static membership for the rest of the process's life (see
 /// [`Rejoin::AsDynamicMember`]). The core must not be locked by the caller: leaving runs the
@@ -623,18 +651,27 @@ pub(super) fn rejoin<C: ConsumerContext>(
     core: &Mutex<Core>,
     consumer: &BaseConsumer<C>,
     topics: &[&str],
-    bound_ms: i64,
+    why: Why,
 ) -> Result<Rejoin, RunError> {
     // What the static registration's removal needs is taken while the core is locked anyway.
     let k = {
         let mut c = core.lock().expect("lock");
-        tracing::error!(
-            bound_ms,
-            static_membership = c.k.static_membership,
-            "the consumer group has left partitions without an owner for longer than the bound: \
-             leaving and joining it again as a new member"
-        );
-        counter!(m::GROUP_WEDGES).increment(1);
+        match why {
+            Why::Wedged { bound_ms } => {
+                tracing::error!(
+                    bound_ms,
+                    static_membership = c.k.static_membership,
+                    "the consumer group has left partitions without an owner for longer than the \
+                     bound: leaving and joining it again as a new member"
+                );
+                counter!(m::GROUP_WEDGES).increment(1);
+            }
+            Why::Superseded => tracing::warn!(
+                static_membership = c.k.static_membership,
+                "leaving the group and joining it again as a new member, since its view of this \
+                 member's assignment is stale"
+            ),
+        }
         c.health.set_ready(false);
         c.dirty = true;
         c.commit(consumer)?;

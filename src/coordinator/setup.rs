@@ -67,7 +67,8 @@ fn partition_counts(probe: &BaseConsumer) -> Result<BTreeMap<String, i32>, RunEr
 }
 
 /// Checks the input topics and creates the missing topics the pipeline writes: output and dead
-/// letters (as many partitions as `output_partitions`, or the largest input), the changelog (one
+/// letters (as many partitions as `output_partitions`, or the largest input), the claims topic (one
+/// partition), the changelog (one
 /// partition per windowing partition), and for the hop the repartition topic
 /// (`repartition_partitions`, or the largest input) and the offsets topic (the largest input). A
 /// repartition topic that exists with another partition count, or a changelog with fewer
@@ -133,6 +134,9 @@ pub(super) fn ensure_topics(k: &KafkaSpec, mode: Mode) -> Result<Layout, RunErro
     let mut wanted = vec![
         NewTopic::new(&k.output_topic, out_parts, TopicReplication::Fixed(1)),
         NewTopic::new(&k.dead_letter_topic, out_parts, TopicReplication::Fixed(1)),
+        // One partition: a member reads every claim in the order they were written.
+        NewTopic::new(&k.claims_topic, 1, TopicReplication::Fixed(1))
+            .set("cleanup.policy", "compact"),
     ];
     if mode == Mode::Windows {
         wanted.push(

@@ -1,0 +1,353 @@
+//! Fencing from the log: claims.
+//!
+//! A broker that implements KIP-447 refuses `TxnOffsetCommit` from a member of an old generation,
+//! so a *zombie* (a member that lost its partitions without noticing) cannot commit. The test
+//! broker, Tansu, does not check, and under static membership it has been seen to hand a
+//! member's partitions to another member while the first still held them: both committed the
+//! same input, and panes were written twice. This module closes that hole with the log alone.
+//!
+//! The claims topic (`<application_id>-claims`, one partition) holds one record per partition a
+//! member is assigned: key `topic/partition`, value `token generation`, where the token names the
+//! process and the generation counts its assignments. A member
+//!
+//! 1. on assignment, writes its claims into the open transaction and waits until they are
+//!    delivered, **before** it restores the partitions from the log;
+//! 2. in the commit cycle, after everything the transaction wrote is delivered and before it
+//!    commits, reads the claims topic from where it last stopped: a claim by another process
+//!    for a partition it holds, written after its own claim of that partition, means the
+//!    partition has a newer owner. The transaction is then aborted, the partitions are dropped
+//!    and the member leaves the group and joins it again.
+//!
+//! Why no input is committed twice: the old owner's records for the transaction are in the log
+//! before it reads the claims (step 2 of the cycle waited for them). If it sees no newer claim,
+//! the newer owner's claim was written after that read, so the newer owner's restore, which
+//! starts after its claim is delivered, finds the old owner's transaction in the log, open or
+//! resolved, and waits for its outcome (restores wait for open transactions). If it sees the
+//! claim, it aborts. Every claim counts as soon as it is written, whatever becomes of its
+//! transaction: an aborted claim can only make a member give up a partition it might have kept.
+
+use super::errors::{CycleError, RunError};
+use super::Core;
+use crate::kafka::raw_log::{PartitionTail, RawLogError};
+use crate::metrics as m;
+use metrics::counter;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
+use rdkafka::producer::BaseRecord;
+use std::collections::HashMap;
+
+/// A partition of some topic: the topic's name and the partition number.
+pub(super) type TopicPartition = (String, i32);
+
+/// What this process claimed for a partition it holds.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    /// The generation of the claim written when the partition was assigned.
+    generation: u64,
+    /// Whether that claim has been read back from the log (claims by others before it are older).
+    seen: bool,
+}
+
+/// The claims of one process: what it holds, what it claimed, and how far it has read the claims
+/// topic. Pure: the caller writes the records it returns and feeds back what it reads.
+#[derive(Debug)]
+pub(super) struct ClaimBook {
+    token: String,
+    generation: u64,
+    next: i64,
+    held: HashMap<TopicPartition, Held>,
+}
+
+/// The key of a claim record for `part`.
+pub(super) fn claim_key(part: &TopicPartition) -> String {
+    format!("{}/{}", part.0, part.1)
+}
+
+/// Parses a claim record's key and value; `None` for a record that is not a claim.
+fn parse(key: &[u8], value: &[u8]) -> Option<(TopicPartition, String, u64)> {
+    let key = std::str::from_utf8(key).ok()?;
+    let (topic, p) = key.rsplit_once('/')?;
+    let value = std::str::from_utf8(value).ok()?;
+    let (token, generation) = value.rsplit_once(' ')?;
+    Some((
+        (topic.to_string(), p.parse().ok()?),
+        token.to_string(),
+        generation.parse().ok()?,
+    ))
+}
+
+impl ClaimBook {
+    /// A book for the process named `token`, whose reading of the claims topic starts at `next`
+    /// (its end when the process starts: older claims concern older owners).
+    pub(super) fn new(token: String, next: i64) -> ClaimBook {
+        ClaimBook {
+            token,
+            generation: 0,
+            next,
+            held: HashMap::new(),
+        }
+    }
+
+    /// Where the next read of the claims topic starts.
+    pub(super) fn next(&self) -> i64 {
+        self.next
+    }
+
+    /// Records that `parts` are assigned to this process and returns the claim records (key,
+    /// value) to write for them.
+    pub(super) fn claim(&mut self, parts: &[TopicPartition]) -> Vec<(String, String)> {
+        self.generation += 1;
+        let value = format!("{} {}", self.token, self.generation);
+        parts
+            .iter()
+            .map(|part| {
+                self.held.insert(
+                    part.clone(),
+                    Held {
+                        generation: self.generation,
+                        seen: false,
+                    },
+                );
+                (claim_key(part), value.clone())
+            })
+            .collect()
+    }
+
+    /// Forgets a partition that left this process.
+    pub(super) fn release(&mut self, part: &TopicPartition) {
+        self.held.remove(part);
+    }
+
+    /// Takes in the claims topic's records (key, value) read up to `next`, in offset order, and
+    /// returns the held partitions that another process claimed after this one's claim.
+    pub(super) fn read<'a>(
+        &mut self,
+        records: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+        next: i64,
+    ) -> Vec<TopicPartition> {
+        let mut lost = Vec::new();
+        for (key, value) in records {
+            let Some((part, token, generation)) = parse(key, value) else {
+                continue;
+            };
+            let Some(held) = self.held.get_mut(&part) else {
+                continue;
+            };
+            if token == self.token {
+                if generation == held.generation {
+                    held.seen = true;
+                }
+            } else if held.seen && !lost.contains(&part) {
+                lost.push(part);
+            }
+        }
+        self.next = self.next.max(next);
+        lost
+    }
+
+    /// Whether this process holds no partition.
+    pub(super) fn holds_nothing(&self) -> bool {
+        self.held.is_empty()
+    }
+}
+
+/// A token that names this process among the group's members past and present: the instance id
+/// (for people reading the topic), the process id and the start time in nanoseconds.
+pub(super) fn process_token(instance_id: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{instance_id}:{}:{nanos:x}", std::process::id())
+}
+
+/// A member's claims: its book, and its reader of the claims topic.
+pub(super) struct Claims {
+    book: ClaimBook,
+    tail: PartitionTail,
+}
+
+impl Claims {
+    /// Connects to the claims topic and reads it to its end: this process's reading starts there.
+    pub(super) fn start(
+        bootstrap: &str,
+        topic: &str,
+        instance_id: &str,
+    ) -> Result<Claims, RawLogError> {
+        let mut tail = PartitionTail::connect(bootstrap, topic, 0)?;
+        let (_, end) = tail.read_from(0)?;
+        Ok(Claims {
+            book: ClaimBook::new(process_token(instance_id), end),
+            tail,
+        })
+    }
+}
+
+impl Core {
+    /// Claims `parts`, newly assigned: writes a claim for each into the open transaction and
+    /// waits until they are delivered. Called before the partitions are restored.
+    pub(super) fn claim(&mut self, parts: &[TopicPartition]) -> Result<(), CycleError> {
+        let Some(claims) = self.claims.as_mut() else {
+            return Ok(());
+        };
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let records = claims.book.claim(parts);
+        for (key, value) in &records {
+            let record = BaseRecord::with_opaque_to(&self.k.claims_topic, 0usize)
+                .partition(0)
+                .key(key.as_bytes())
+                .payload(value.as_bytes());
+            self.send(record)?;
+        }
+        self.await_deliveries()
+    }
+
+    /// Forgets the claim of a partition that left this member.
+    pub(super) fn release(&mut self, part: &TopicPartition) {
+        if let Some(claims) = self.claims.as_mut() {
+            claims.book.release(part);
+        }
+    }
+
+    /// Reads the claims written since the last look; fails with [`CycleError::Superseded`] when
+    /// another member has claimed a partition of this member's since this member's own claim.
+    pub(super) fn check_claims(&mut self) -> Result<(), CycleError> {
+        let Some(claims) = self.claims.as_mut() else {
+            return Ok(());
+        };
+        if claims.book.holds_nothing() {
+            return Ok(());
+        }
+        let (records, next) = claims
+            .tail
+            .read_from(claims.book.next())
+            .map_err(|e| CycleError::Abortable(format!("reading the claims topic: {e}")))?;
+        let lost = claims.book.read(
+            records.iter().map(|r| {
+                (
+                    r.key.as_deref().unwrap_or_default(),
+                    r.value.as_deref().unwrap_or_default(),
+                )
+            }),
+            next,
+        );
+        if lost.is_empty() {
+            Ok(())
+        } else {
+            Err(CycleError::Superseded(lost))
+        }
+    }
+
+    /// After [`CycleError::Superseded`]: aborts the transaction, drops the partitions another
+    /// member claimed (records the consumer still hands over for them are ignored) and asks the
+    /// loop to leave the group and join it again, since the consumer's own view of its
+    /// assignment is stale.
+    pub(super) fn give_up<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+        lost: Vec<TopicPartition>,
+    ) -> Result<(), RunError> {
+        tracing::error!(
+            partitions = ?lost,
+            "another member has claimed partitions this member holds: the group moved them \
+             without telling this member. Aborting the transaction, dropping them and joining \
+             the group again"
+        );
+        counter!(m::PARTITIONS_SUPERSEDED).increment(lost.len() as u64);
+        self.abort_and_rewind(consumer, "partitions claimed by another member")?;
+        for part in &lost {
+            self.drop_partition(&part.0, part.1);
+            self.release(part);
+        }
+        self.set_owned();
+        self.superseded = true;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(p: i32) -> TopicPartition {
+        ("in".to_string(), p)
+    }
+
+    /// Feeds `records` (key, value) to `book` as read up to `next`.
+    fn feed(book: &mut ClaimBook, records: &[(String, String)], next: i64) -> Vec<TopicPartition> {
+        book.read(
+            records.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())),
+            next,
+        )
+    }
+
+    #[test]
+    fn a_claim_by_another_process_after_this_ones_takes_the_partition() {
+        let mut a = ClaimBook::new("a".into(), 0);
+        let mut b = ClaimBook::new("b".into(), 0);
+        let mut log = a.claim(&[tp(0), tp(1)]);
+        assert!(feed(&mut a, &log, 2).is_empty());
+        log.extend(b.claim(&[tp(1)]));
+        // a reads on from where it stopped: b's claim of 1 came after a's.
+        assert_eq!(feed(&mut a, &log[2..], 3), vec![tp(1)]);
+        // b reads everything: a's claims came before its own, so they are older.
+        assert!(feed(&mut b, &log, 3).is_empty());
+        assert_eq!(a.next(), 3);
+    }
+
+    #[test]
+    fn claims_before_this_processs_own_are_older_owners() {
+        let mut a = ClaimBook::new("a".into(), 0);
+        let mut log = vec![(claim_key(&tp(0)), "old 7".to_string())];
+        log.extend(a.claim(&[tp(0)]));
+        assert!(feed(&mut a, &log, 2).is_empty());
+    }
+
+    #[test]
+    fn a_claim_not_yet_read_back_does_not_count_others_before_it() {
+        // a claimed, but reads the log in two goes: b's claim (older, before a's) comes first.
+        let mut a = ClaimBook::new("a".into(), 0);
+        let b_claim = (claim_key(&tp(0)), "b 1".to_string());
+        let a_claims = a.claim(&[tp(0)]);
+        assert!(feed(&mut a, std::slice::from_ref(&b_claim), 1).is_empty());
+        assert!(feed(&mut a, &a_claims, 2).is_empty());
+    }
+
+    #[test]
+    fn an_earlier_assignment_of_the_same_partition_is_not_this_ones_claim() {
+        let mut a = ClaimBook::new("a".into(), 0);
+        let first = a.claim(&[tp(0)]);
+        a.release(&tp(0));
+        let other = vec![(claim_key(&tp(0)), "b 1".to_string())];
+        let second = a.claim(&[tp(0)]);
+        // The log: a's first claim, b's, a's second. Reading it all, only the second claim is
+        // a's current one; b's claim lies before it.
+        let log: Vec<_> = first.into_iter().chain(other).chain(second).collect();
+        assert!(feed(&mut a, &log, 3).is_empty());
+    }
+
+    #[test]
+    fn partitions_not_held_and_records_that_are_not_claims_are_ignored() {
+        let mut a = ClaimBook::new("a".into(), 5);
+        let mine = a.claim(&[tp(0)]);
+        let log = vec![
+            mine[0].clone(),
+            (claim_key(&tp(3)), "b 1".to_string()),
+            ("garbage".to_string(), "x".to_string()),
+            (claim_key(&tp(0)), "no-generation".to_string()),
+        ];
+        assert!(feed(&mut a, &log, 9).is_empty());
+        assert_eq!(a.next(), 9);
+        a.release(&tp(0));
+        assert!(a.holds_nothing());
+    }
+
+    #[test]
+    fn topic_names_with_dots_and_dashes_round_trip() {
+        let part = ("my.topic-1".to_string(), 12);
+        let (parsed, token, generation) =
+            parse(claim_key(&part).as_bytes(), b"m-1:42:ff 3").unwrap();
+        assert_eq!((parsed, token.as_str(), generation), (part, "m-1:42:ff", 3));
+    }
+}

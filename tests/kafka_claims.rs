@@ -1,0 +1,91 @@
+//! Fencing from the log: a member that finds, in the claims topic, a claim of one of its
+//! partitions written after its own (another member was given the partition without this one
+//! being told, as the test broker has done under static membership) aborts its transaction,
+//! drops the partition, joins the group again, and the output stays exactly once and complete.
+
+mod common;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use std::time::Duration;
+
+const PARTITIONS: i32 = 3;
+
+/// Writes a claim of `events/0` by a process that is not a member, in a committed transaction.
+fn intrude(broker: &str) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("transactional.id", "intruder")
+        .create()
+        .unwrap();
+    producer.init_transactions(Duration::from_secs(30)).unwrap();
+    producer.begin_transaction().unwrap();
+    producer
+        .send(
+            BaseRecord::to("scn-claims")
+                .partition(0)
+                .key("events/0")
+                .payload("intruder 1"),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    producer
+        .commit_transaction(Duration::from_secs(30))
+        .unwrap();
+}
+
+#[test]
+fn a_member_whose_partition_is_claimed_by_another_aborts_rejoins_and_loses_nothing() {
+    let broker = common::Broker::start();
+    broker.create_topic("events", PARTITIONS);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("pipeline.toml");
+    let text = common::pipeline(&broker.addr, &dir.path().join("state"), None, "");
+    std::fs::write(&cfg, &text).unwrap();
+    let scenario = common::Scenario::generate_for(&text, PARTITIONS, 3_000, 7);
+
+    let log = dir.path().join("member.log");
+    let child = common::start_member_logged(&cfg, &log);
+    common::wait_for_log(&log, "partition restored from the changelog", 3, 60);
+    // The member holds every partition and has claimed them; now another process claims one,
+    // and records arrive.
+    intrude(&broker.addr);
+    scenario
+        .produce(&broker.addr, 500, Duration::from_millis(50))
+        .join()
+        .unwrap();
+    common::wait_for_log(&log, "another member has claimed partitions", 1, 60);
+    // It joined again, was given every partition again and claimed them anew.
+    common::wait_for_log(&log, "partition restored from the changelog", 6, 60);
+    let got = common::wait_for(&broker.addr, "panes", scenario.expected.len(), 120);
+    let status = common::stop_member(child);
+    if got != scenario.expected.len() {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(80).collect();
+        panic!(
+            "{got} of {} panes committed; the member's last log lines:\n{}",
+            scenario.expected.len(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    assert!(status.success(), "tidemark run exited with {status}");
+    common::assert_exactly_once(&broker.addr, &scenario);
+
+    // The claims topic, every record whatever its transaction's fate (the member's first claims
+    // were in the transaction it aborted): its three claims, the intruder's, then its new ones.
+    let claims: Vec<String> = tidemark::kafka::raw_log::dump_topic(&broker.addr, "scn-claims")
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.control.is_none())
+        .map(|r| String::from_utf8(r.record.value.unwrap_or_default().to_vec()).unwrap())
+        .collect();
+    let intruder = claims.iter().position(|v| v == "intruder 1").unwrap();
+    assert_eq!(intruder, 3, "claims: {claims:?}");
+    let generation = |v: &String| v.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap();
+    assert!(
+        claims[..3].iter().all(|v| generation(v) == 1)
+            && claims.len() >= 7
+            && claims[4..].iter().all(|v| generation(v) >= 2),
+        "the member claims again after the intruder, in a later assignment: {claims:?}"
+    );
+}
