@@ -5,6 +5,7 @@
 use super::errors::RunError;
 use super::rebalance::{self, RebalanceContext, Rejoin, Why};
 use super::scaling::Idle;
+use super::watchdog::Watchdog;
 use super::Core;
 use crate::config::KafkaSpec;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -45,10 +46,25 @@ impl Membership {
         })
     }
 
+    /// Rejoins when the group watchdog asks for it (the group is wedged), or when the core found
+    /// partitions of this member's claimed by another member.
+    pub(super) fn rejoin_if_asked(&mut self, watchdog: Option<&Watchdog>) -> Result<(), RunError> {
+        if let Some(w) = watchdog.filter(|w| w.take_rejoin()) {
+            self.rejoin(Why::Wedged {
+                bound_ms: w.bound_ms,
+            })?;
+        }
+        let superseded = std::mem::take(&mut self.core.lock().expect("lock").superseded);
+        if superseded {
+            self.rejoin(Why::Superseded)?;
+        }
+        Ok(())
+    }
+
     /// Leaves the group and joins it again ([`rebalance::rejoin`]); a static member comes back
     /// as a dynamic one, with a new consumer without `group.instance.id` (the old one, which
     /// left and holds nothing, is closed).
-    pub(super) fn rejoin(&mut self, why: Why) -> Result<(), RunError> {
+    fn rejoin(&mut self, why: Why) -> Result<(), RunError> {
         let names: Vec<&str> = self.topics.iter().map(String::as_str).collect();
         match rebalance::rejoin(&self.core, &self.consumer, &names, why)? {
             Rejoin::Subscribed => Ok(()),

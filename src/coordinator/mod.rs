@@ -108,7 +108,6 @@ mod watchdog;
 pub use errors::RunError;
 use membership::Membership;
 pub use rebalance::RebalanceContext;
-use rebalance::Why;
 
 /// What `run` does with each record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -327,20 +326,9 @@ pub fn run(
     let mut tail_busy = false;
     let mut result = Ok(());
     'run: while !shutdown.load(Ordering::Relaxed) {
-        if let Some(w) = watchdog.as_ref().filter(|w| w.take_rejoin()) {
-            if let Err(e) = member.rejoin(Why::Wedged {
-                bound_ms: w.bound_ms,
-            }) {
-                result = Err(e);
-                break 'run;
-            }
-        }
-        let superseded = std::mem::take(&mut core.lock().expect("lock").superseded);
-        if superseded {
-            if let Err(e) = member.rejoin(Why::Superseded) {
-                result = Err(e);
-                break 'run;
-            }
+        if let Err(e) = member.rejoin_if_asked(watchdog.as_ref()) {
+            result = Err(e);
+            break 'run;
         }
         let tailing = core
             .lock()
