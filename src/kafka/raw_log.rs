@@ -337,23 +337,35 @@ fn fetch_responses(
                 for a in p.aborted_transactions.unwrap_or_default() {
                     aborted_list.push((a.producer_id.0, a.first_offset));
                 }
-                let Some(mut bytes) = p.records else { continue };
-                while bytes.has_remaining() {
-                    let set = RecordBatchDecoder::decode(&mut bytes)
-                        .map_err(|e| RawLogError::Protocol(format!("record batch: {e}")))?;
-                    for r in set.records {
-                        if r.offset >= offset {
-                            offset = r.offset + 1;
-                            records.push(r);
-                        }
-                    }
-                }
+                let Some(bytes) = p.records else { continue };
+                each_new_record(bytes, &mut offset, |r| records.push(r))?;
             }
         }
         if records.is_empty() || tx.send(records).is_err() {
             return Ok(aborted_list);
         }
     }
+}
+
+/// Decodes the record batches of one partition's fetch answer and hands `f` each record at or
+/// after `*offset`, in offset order, moving `*offset` past it (a batch may begin before the offset
+/// asked for).
+fn each_new_record(
+    mut bytes: Bytes,
+    offset: &mut i64,
+    mut f: impl FnMut(Record),
+) -> Result<(), RawLogError> {
+    while bytes.has_remaining() {
+        let set = RecordBatchDecoder::decode(&mut bytes)
+            .map_err(|e| RawLogError::Protocol(format!("record batch: {e}")))?;
+        for r in set.records {
+            if r.offset >= *offset {
+                *offset = r.offset + 1;
+                f(r);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Control record key: version (i16) then type (i16): 0 = ABORT, 1 = COMMIT.
@@ -1268,19 +1280,12 @@ impl PartitionTail {
                         });
                     }
                     high_watermark = high_watermark.max(p.high_watermark);
-                    let Some(mut bytes) = p.records else { continue };
-                    while bytes.has_remaining() {
-                        let set = RecordBatchDecoder::decode(&mut bytes)
-                            .map_err(|e| RawLogError::Protocol(format!("record batch: {e}")))?;
-                        for r in set.records {
-                            if r.offset >= offset {
-                                offset = r.offset + 1;
-                                if !r.control {
-                                    out.push(RawRecord::from_record(partition, r));
-                                }
-                            }
+                    let Some(bytes) = p.records else { continue };
+                    each_new_record(bytes, &mut offset, |r| {
+                        if !r.control {
+                            out.push(RawRecord::from_record(partition, r));
                         }
-                    }
+                    })?;
                 }
             }
             if offset > before {
