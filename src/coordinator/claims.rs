@@ -203,7 +203,7 @@ impl Core {
         self.await_deliveries()
     }
 
-    /// Forgets the claim of a partition that left this member.
+    /// Forgets the claim of a partition that left this member (see `Core::drop_partition`).
     pub(super) fn release(&mut self, part: &TopicPartition) {
         if let Some(claims) = self.claims.as_mut() {
             claims.book.release(part);
@@ -258,7 +258,6 @@ impl Core {
         self.abort_and_rewind(consumer, "partitions claimed by another member")?;
         for part in &lost {
             self.drop_partition(&part.0, part.1);
-            self.release(part);
         }
         self.set_owned();
         self.superseded = true;

@@ -415,7 +415,6 @@ impl Core {
         }
         for el in tpl.elements() {
             let (topic, p) = (el.topic(), el.partition());
-            self.release(&(topic.to_string(), p));
             if !self.drop_partition(topic, p) {
                 continue;
             }
@@ -435,12 +434,11 @@ impl Core {
         }
         Ok(())
     }
-}
 
-impl Core {
-    /// Drops partition `p` of `topic` from this member (its engine or its source, and the
-    /// repartition reader's interest); says whether the member held it.
+    /// Drops partition `p` of `topic` from this member (its engine or its source, the
+    /// repartition reader's interest and its claim); says whether the member held it.
     pub(super) fn drop_partition(&mut self, topic: &str, p: i32) -> bool {
+        self.release(&(topic.to_string(), p));
         let windowing = match self.topology {
             Topology::Direct => true,
             Topology::Hop { .. } => topic == self.k.repartition_topic,
@@ -642,7 +640,7 @@ pub(super) enum Rejoin {
 
 /// Leaves the group and joins it again (`why`: the group watchdog found partitions without an
 /// owner for longer than its bound, or another member claimed partitions of this member's): logs
-/// it, counts a wedge, turns `/readyz` false and commits the open transaction first
+/// it, counts a wedge as such, turns `/readyz` false and commits the open transaction first
 /// (the revocation that leaving brings commits nothing more). A dynamic member subscribes again
 /// at once; a static one gives up its static membership for the rest of the process's life (see
 /// [`Rejoin::AsDynamicMember`]). The core must not be locked by the caller: leaving runs the

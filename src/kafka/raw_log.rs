@@ -7,6 +7,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
 use kafka_protocol::messages::{
     ApiKey, FetchResponse, MetadataResponse, RequestHeader, ResponseHeader, TopicName,
@@ -318,33 +319,47 @@ fn fetch_responses(
             },
         );
         let resp: FetchResponse = client.request(ApiKey::Fetch, FETCH_VERSION, &req)?;
-        if resp.error_code != 0 {
-            return Err(RawLogError::Broker {
-                code: resp.error_code,
-                what: format!("fetch {topic}"),
-            });
-        }
         let mut records = Vec::new();
-        for t in resp.responses {
-            for p in t.partitions {
-                if p.error_code != 0 {
-                    return Err(RawLogError::Broker {
-                        code: p.error_code,
-                        what: format!("fetch {topic}/{partition}@{offset}"),
-                    });
-                }
-                high_watermark = p.high_watermark;
-                for a in p.aborted_transactions.unwrap_or_default() {
-                    aborted_list.push((a.producer_id.0, a.first_offset));
-                }
-                let Some(bytes) = p.records else { continue };
-                each_new_record(bytes, &mut offset, |r| records.push(r))?;
+        for p in fetched_partitions(resp, topic, partition, offset)? {
+            high_watermark = p.high_watermark;
+            for a in p.aborted_transactions.unwrap_or_default() {
+                aborted_list.push((a.producer_id.0, a.first_offset));
             }
+            let Some(bytes) = p.records else { continue };
+            each_new_record(bytes, &mut offset, |r| records.push(r))?;
         }
         if records.is_empty() || tx.send(records).is_err() {
             return Ok(aborted_list);
         }
     }
+}
+
+/// The partition answers of a fetch of `topic`'s partition `partition` at `offset`, or the first
+/// error the answer carries (for the whole request or for a partition).
+fn fetched_partitions(
+    resp: FetchResponse,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<Vec<PartitionData>, RawLogError> {
+    if resp.error_code != 0 {
+        return Err(RawLogError::Broker {
+            code: resp.error_code,
+            what: format!("fetch {topic}"),
+        });
+    }
+    let parts: Vec<PartitionData> = resp
+        .responses
+        .into_iter()
+        .flat_map(|t| t.partitions)
+        .collect();
+    if let Some(p) = parts.iter().find(|p| p.error_code != 0) {
+        return Err(RawLogError::Broker {
+            code: p.error_code,
+            what: format!("fetch {topic}/{partition}@{offset}"),
+        });
+    }
+    Ok(parts)
 }
 
 /// Decodes the record batches of one partition's fetch answer and hands `f` each record at or
@@ -1263,30 +1278,16 @@ impl PartitionTail {
                 },
             );
             let resp = self.conns.fetch(&addr, &req)?;
-            if resp.error_code != 0 {
-                return Err(RawLogError::Broker {
-                    code: resp.error_code,
-                    what: format!("fetch {topic}"),
-                });
-            }
             let mut high_watermark = -1;
             let before = offset;
-            for t in resp.responses {
-                for p in t.partitions {
-                    if p.error_code != 0 {
-                        return Err(RawLogError::Broker {
-                            code: p.error_code,
-                            what: format!("fetch {topic}/{partition}@{offset}"),
-                        });
+            for p in fetched_partitions(resp, topic, partition, offset)? {
+                high_watermark = high_watermark.max(p.high_watermark);
+                let Some(bytes) = p.records else { continue };
+                each_new_record(bytes, &mut offset, |r| {
+                    if !r.control {
+                        out.push(RawRecord::from_record(partition, r));
                     }
-                    high_watermark = high_watermark.max(p.high_watermark);
-                    let Some(bytes) = p.records else { continue };
-                    each_new_record(bytes, &mut offset, |r| {
-                        if !r.control {
-                            out.push(RawRecord::from_record(partition, r));
-                        }
-                    })?;
-                }
+                })?;
             }
             if offset > before {
                 short = 0;
