@@ -60,8 +60,8 @@ pub const REBALANCES: &str = "tidemark_rebalances_total";
 pub const ASSIGNED_PARTITIONS: &str = "tidemark_assigned_partitions";
 /// Partitions of the pipeline's topics that no member of the group owns, as the group watchdog
 /// last saw them: from the group's description, or, on a broker that does not report
-/// assignments, from the log (a committed offset that stays put while records wait after it,
-/// counted only by a member that holds no partition).
+/// assignments, from the log (a committed offset that stays put while records wait after it, for
+/// a partition this member does not hold).
 pub const UNOWNED_PARTITIONS: &str = "tidemark_group_unowned_partitions";
 /// Times this member left and rejoined its group because partitions stayed without an owner for
 /// longer than the watchdog's bound (three session timeouts).

@@ -185,3 +185,80 @@ fn on_a_broker_that_reports_no_assignments_the_watchdog_judges_from_the_log_and_
     rogue.leave();
     assert!(stop_member(member).success());
 }
+
+#[test]
+fn a_member_holding_partitions_rejoins_when_another_sits_on_a_partition_for_twice_the_bound() {
+    // The test broker once gave a partition to a member that never took it up while every live
+    // member held others, and nobody acted: a member that holds partitions used to leave the
+    // judgement to members that hold none. Here a rogue leads the group, keeps partition 0 for
+    // itself (never consuming it) and gives 1 and 2 to the member. The member makes progress on
+    // its own; partition 0's committed offset stays put while records wait. Holding partitions,
+    // the member must act after twice the bound (2 x 3 session timeouts of 6 s = 36 s), not
+    // after the bound, and never on its own partitions.
+    let broker = Broker::start();
+    broker.create_topic("events", 3);
+    let s = Scenario::generate(3, 3_000, 29);
+    s.produce(&broker.addr, 500, Duration::ZERO).join().unwrap();
+    let rogue = rogue::Rogue::keeping(&broker.addr, "scn", &["events"], 3, &[0]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while rogue.led.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the rogue never led the group");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = dir.path().join("m.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}\n[metrics]\naddress = \"127.0.0.1:{port}\"\n",
+            dynamic(pipeline(
+                &broker.addr,
+                &dir.path().join("state"),
+                Some("m1"),
+                ""
+            ))
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("m1.log");
+    let member = start_member_logged(&cfg, &log);
+    common::wait_for_log(&log, "the group watchdog judges from the log", 1, 30);
+    assert!(
+        wait_for(&broker.addr, "panes", 1, 60) > 0,
+        "the member made no progress on the partitions the rogue gave it"
+    );
+    let progress = Instant::now();
+    let body = http_get(port, "/metrics").expect("metrics").1;
+    assert_eq!(
+        metric(&body, "tidemark_assigned_partitions"),
+        2.0,
+        "the rogue should have given the member partitions 1 and 2"
+    );
+    common::wait_for_log(&log, "leaving and joining it again", 1, 150);
+    let waited = progress.elapsed();
+    eprintln!("the member rejoined {waited:?} after its first pane");
+    assert!(
+        waited >= Duration::from_secs(25),
+        "rejoined {waited:?} after its first pane: a member holding partitions waits twice the \
+         bound (36 s)"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    let judged = text
+        .lines()
+        .find(|l| l.contains("partitions this member does not hold made no progress"))
+        .expect("the watchdog's judgement is logged");
+    assert!(
+        judged.contains("(\"events\", 0)") && !judged.contains("(\"events\", 1)"),
+        "only the rogue's partition counts: {judged}"
+    );
+    let body = http_get(port, "/metrics").expect("metrics").1;
+    assert!(metric(&body, "tidemark_group_wedges_total") >= 1.0);
+    // Nothing committed is duplicated or has holes (the rogue's partition is never processed, so
+    // completeness is not judged).
+    let panes = tidemark::kafka::raw_log::read_topic(&broker.addr, "panes").unwrap();
+    let report = tidemark::audit::check_panes(&panes.committed);
+    assert!(report.duplicates.is_empty(), "{:?}", report.duplicates);
+    rogue.leave();
+    assert!(stop_member(member).success());
+}

@@ -84,7 +84,7 @@ use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::Offset;
 use setup::{codecs, ensure_topics, open_store};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use telemetry::{BatchOutcome, Counters};
@@ -187,8 +187,8 @@ pub struct Core {
     last_purge: Instant,
     /// What this member did, for its last log line.
     counters: Counters,
-    /// How many partitions this member holds, for the group watchdog.
-    owned_here: Arc<AtomicUsize>,
+    /// The partitions this member holds, for the group watchdog.
+    owned_here: watchdog::Held,
     /// This member's claims of its partitions, for fencing from the log (`None`: not checked).
     claims: Option<claims::Claims>,
     /// Set when another member claimed partitions of this member's: the loop rejoins the group.
@@ -268,7 +268,7 @@ pub fn run(
     };
     let fingerprint = spec.fingerprint();
     let input_partitions = layout.source_names.len();
-    let owned_here = Arc::new(AtomicUsize::new(0));
+    let owned_here = watchdog::Held::default();
     let mut topics: Vec<String> = k.input_topics.clone();
     if matches!(topology, Topology::Hop { .. }) {
         topics.push(k.repartition_topic.clone());

@@ -603,13 +603,31 @@ impl ConsumerContext for RebalanceContext {
 }
 
 impl Core {
-    /// Publishes how many partitions this member holds (the gauge, and the group watchdog's
-    /// count).
+    /// Publishes the partitions this member holds (the gauge counts them; the group watchdog
+    /// reads them).
     pub(super) fn set_owned(&self) {
-        let n = self.parts.len() + self.sources.len();
-        gauge!(m::ASSIGNED_PARTITIONS).set(n as f64);
-        self.owned_here
-            .store(n, std::sync::atomic::Ordering::Release);
+        let parts_topic = self.parts_topic();
+        let held: std::collections::BTreeSet<(String, i32)> = self
+            .parts
+            .keys()
+            .map(|&p| (parts_topic.to_string(), p))
+            .chain(
+                self.sources
+                    .keys()
+                    .map(|&(t, p)| (self.k.input_topics[t as usize].clone(), p)),
+            )
+            .collect();
+        gauge!(m::ASSIGNED_PARTITIONS).set(held.len() as f64);
+        *self.owned_here.lock().expect("lock") = held;
+    }
+
+    /// The topic whose partitions are the windowing partitions (`parts`): the repartition topic
+    /// behind the hop, else the input topic.
+    pub(super) fn parts_topic(&self) -> &str {
+        match self.topology {
+            Topology::Hop { .. } => &self.k.repartition_topic,
+            _ => &self.k.input_topics[0],
+        }
     }
 }
 

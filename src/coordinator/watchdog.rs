@@ -13,23 +13,27 @@
 //! say who owns what. There the watchdog says so once and judges from the log instead
 //! ([`crate::kafka::group::StallWatch`]): a partition counts as without an owner while the raw log
 //! holds a data record at or after the group's committed offset and that offset does not move.
-//! Only a member that holds no partition acts on it: one that holds some is itself part of the
-//! group's progress, and rejoining would only rebalance the others. After each rejoin that did
-//! not bring progress the bound doubles (up to 16 times), so that a partition that is slow rather
-//! than ownerless (a long restore) is not rebalanced again and again.
+//! A member never acts on a stall of a partition it holds itself (it is that partition's
+//! progress); a member that holds nothing acts on the others' after the bound, and one that holds
+//! partitions after twice the bound ([`crate::kafka::group::BlindWatch`]): its rejoin rebalances
+//! the whole group, so the members that hold nothing try first, but when the broker has given a
+//! partition to a member that never took it up while every live member holds some, only they can
+//! act. After each rejoin that did not bring progress the bound doubles (up to 16 times), so that
+//! a partition that is slow rather than ownerless (a long restore) is not rebalanced again and
+//! again.
 
 use crate::config::KafkaSpec;
 use crate::kafka::group::{
-    parse_assignment, unowned, LeaderCheck, StallWatch, Standing, Verdict, WedgeWatch,
+    parse_assignment, unowned, BlindWatch, LeaderCheck, StallWatch, Standing, Verdict, WedgeWatch,
 };
 use crate::kafka::raw_log::Peeker;
 use crate::metrics as m;
 use metrics::gauge;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How often the watchdog looks at the group.
@@ -46,6 +50,10 @@ const SESSION_TIMEOUTS: i64 = 3;
 /// librdkafka's default `session.timeout.ms`.
 const DEFAULT_SESSION_TIMEOUT_MS: i64 = 45_000;
 
+/// The partitions (topic, partition) this member holds now, published by the core for the
+/// watchdog.
+pub(super) type Held = Arc<Mutex<BTreeSet<(String, i32)>>>;
+
 /// The running watchdog; stops when dropped.
 pub(super) struct Watchdog {
     rejoin: Arc<AtomicBool>,
@@ -61,22 +69,18 @@ impl Drop for Watchdog {
 }
 
 impl Watchdog {
-    /// Starts watching `k`'s group over `topics`. `owned_here` is how many partitions this
-    /// member holds now. A watchdog that cannot start is logged, and the member runs without.
+    /// Starts watching `k`'s group over `topics`. `owned_here` is the partitions this member
+    /// holds now. A watchdog that cannot start is logged, and the member runs without.
     pub(super) fn start(
         k: &KafkaSpec,
         topics: Vec<String>,
-        owned_here: Arc<AtomicUsize>,
+        owned_here: Held,
     ) -> Result<Watchdog, String> {
         Self::try_start(k, topics, owned_here)
             .inspect_err(|e| tracing::warn!("{e}: running without the group watchdog"))
     }
 
-    fn try_start(
-        k: &KafkaSpec,
-        topics: Vec<String>,
-        owned_here: Arc<AtomicUsize>,
-    ) -> Result<Watchdog, String> {
+    fn try_start(k: &KafkaSpec, topics: Vec<String>, owned_here: Held) -> Result<Watchdog, String> {
         let session = k
             .properties
             .get("session.timeout.ms")
@@ -127,7 +131,7 @@ struct Watched {
     group: String,
     bootstrap: String,
     topics: Vec<String>,
-    owned_here: Arc<AtomicUsize>,
+    owned_here: Held,
     /// The members' session timeout.
     session_ms: i64,
 }
@@ -135,6 +139,7 @@ struct Watched {
 /// The watchdog thread's loop.
 fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicBool>, stop: Arc<AtomicBool>) {
     let mut wedge = WedgeWatch::new(bound_ms);
+    let mut blind_wedge = BlindWatch::new(bound_ms);
     let mut stalls = StallWatch::default();
     let mut peeker: Option<Peeker> = None;
     let mut said_blind = false;
@@ -150,12 +155,15 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicBool>, stop: Arc<AtomicBoo
         let Some((_, counts)) = &counts else {
             continue;
         };
-        let mut blind = false;
-        let unowned = match look(&w.client, &w.group, counts, &w.owned_here) {
-            Look::Unowned(unowned) => unowned,
+        let held = w.owned_here.lock().expect("lock").clone();
+        let (verdict, blind) = match look(&w.client, &w.group, counts, !held.is_empty()) {
+            Look::Unowned(unowned) => {
+                gauge!(m::UNOWNED_PARTITIONS).set(unowned.len() as f64);
+                // The watch doubles its bound after each wedge until a look finds every owner.
+                (wedge.observe(crate::clock::wall_ms(), &unowned), false)
+            }
             Look::Unknown => continue,
             Look::Blind => {
-                blind = true;
                 if !said_blind {
                     tracing::info!(
                         "the broker's group description carries no members or no assignments: \
@@ -168,17 +176,21 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicBool>, stop: Arc<AtomicBoo
                     continue;
                 };
                 let stalled = stalls.observe(&standings);
-                if w.owned_here.load(Ordering::Acquire) > 0 {
-                    // Part of the group's progress: not this member's call.
-                    Vec::new()
-                } else {
-                    stalled
+                let (verdict, others) =
+                    blind_wedge.observe(crate::clock::wall_ms(), &stalled, &held);
+                gauge!(m::UNOWNED_PARTITIONS).set(others.len() as f64);
+                if verdict == Verdict::Wedged {
+                    tracing::warn!(
+                        stalled = ?others,
+                        held = held.len(),
+                        "partitions this member does not hold made no progress, with records \
+                         waiting, for longer than the bound"
+                    );
                 }
+                (verdict, true)
             }
         };
-        gauge!(m::UNOWNED_PARTITIONS).set(unowned.len() as f64);
-        // The watch doubles its bound after each wedge until a look finds every owner.
-        if wedge.observe(crate::clock::wall_ms(), &unowned) == Verdict::Wedged {
+        if verdict == Verdict::Wedged {
             if blind {
                 clear_phantom_leader(&w);
             }
@@ -292,7 +304,7 @@ fn look(
     client: &BaseConsumer,
     group: &str,
     counts: &BTreeMap<String, i32>,
-    owned_here: &AtomicUsize,
+    holds_some: bool,
 ) -> Look {
     let Ok(list) = client.fetch_group_list(Some(group), ASK_TIMEOUT) else {
         return Look::Unknown;
@@ -323,7 +335,7 @@ fn look(
         }
     }
     let owned_anywhere = assignments.iter().flatten().any(|(_, ps)| !ps.is_empty());
-    if !owned_anywhere && owned_here.load(Ordering::Acquire) > 0 {
+    if !owned_anywhere && holds_some {
         // This member holds partitions, yet no assignment shows any: the description is stale.
         return Look::Unknown;
     }

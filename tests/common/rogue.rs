@@ -1,7 +1,9 @@
-//! A rogue group member for the wedge test: it joins a consumer group through the Kafka protocol
+//! A rogue group member for the wedge tests: it joins a consumer group through the Kafka protocol
 //! itself (JoinGroup, SyncGroup, Heartbeat), and when it leads a generation it assigns no
-//! partition to anyone. A group it leads owns nothing and stays so, with no member failing: the
-//! shape of the wedge that static members brought on the test broker, made on purpose.
+//! partition to anyone, or (`keeping`) takes some partitions itself and never consumes them. A
+//! group it leads owns nothing, or leaves those partitions without progress, and stays so with no
+//! member failing: the shapes of the stalls the test broker brought under static membership, made
+//! on purpose.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
@@ -33,13 +35,59 @@ fn subscription(topics: &[String]) -> Bytes {
     b.freeze()
 }
 
-/// The consumer protocol's assignment (version 0) of nothing.
-fn nothing() -> Bytes {
+/// The consumer protocol's assignment (version 0) of `partitions` of `topic`; of nothing when
+/// `partitions` is empty.
+fn assignment(topic: &str, partitions: &[i32]) -> Bytes {
     let mut b = BytesMut::new();
     b.put_i16(0);
-    b.put_i32(0);
+    if partitions.is_empty() {
+        b.put_i32(0);
+    } else {
+        b.put_i32(1);
+        b.put_i16(topic.len() as i16);
+        b.extend_from_slice(topic.as_bytes());
+        b.put_i32(partitions.len() as i32);
+        for p in partitions {
+            b.put_i32(*p);
+        }
+    }
     b.put_i32(-1);
     b.freeze()
+}
+
+/// What a leading rogue hands out.
+#[derive(Clone)]
+struct Plan {
+    /// The first topic's partition count.
+    partitions: i32,
+    /// The partitions of the first topic the rogue takes itself; empty: nobody gets anything.
+    keep: Vec<i32>,
+}
+
+impl Plan {
+    /// The assignment of each of `members` (the rogue is `me`).
+    fn assign(&self, topic: &str, members: &[String], me: &str) -> Vec<(String, Bytes)> {
+        let others: Vec<&String> = members.iter().filter(|m| *m != me).collect();
+        members
+            .iter()
+            .map(|m| {
+                let mine: Vec<i32> = if self.keep.is_empty() {
+                    Vec::new()
+                } else if m == me {
+                    self.keep.clone()
+                } else {
+                    let i = others.iter().position(|o| *o == m).unwrap_or(0);
+                    (0..self.partitions)
+                        .filter(|p| !self.keep.contains(p))
+                        .enumerate()
+                        .filter(|(n, _)| n % others.len().max(1) == i)
+                        .map(|(_, p)| p)
+                        .collect()
+                };
+                (m.clone(), assignment(topic, &mine))
+            })
+            .collect()
+    }
 }
 
 /// A running rogue member.
@@ -52,8 +100,40 @@ pub struct Rogue {
 
 impl Rogue {
     /// Joins `group` on `broker` (the group's coordinator: the test broker is a single node),
-    /// subscribed to `topics`, and keeps its membership alive.
+    /// subscribed to `topics`, and keeps its membership alive, assigning nothing when it leads.
     pub fn start(broker: &str, group: &str, topics: &[&str]) -> Rogue {
+        Self::run(
+            broker,
+            group,
+            topics,
+            Plan {
+                partitions: 0,
+                keep: Vec::new(),
+            },
+        )
+    }
+
+    /// As [`Rogue::start`], but when it leads it takes `keep` of the first topic's `partitions`
+    /// itself (and never consumes them) and shares the rest among the other members.
+    pub fn keeping(
+        broker: &str,
+        group: &str,
+        topics: &[&str],
+        partitions: i32,
+        keep: &[i32],
+    ) -> Rogue {
+        Self::run(
+            broker,
+            group,
+            topics,
+            Plan {
+                partitions,
+                keep: keep.to_vec(),
+            },
+        )
+    }
+
+    fn run(broker: &str, group: &str, topics: &[&str], plan: Plan) -> Rogue {
         let mut conn = RawClient::connect(broker).unwrap();
         conn.set_read_timeout(Duration::from_secs(60)).unwrap();
         let group = group.to_string();
@@ -93,12 +173,17 @@ impl Rogue {
                 }
                 let leader = resp.leader.as_str() == member_id;
                 let assignments = if leader {
-                    resp.members
+                    let members: Vec<String> = resp
+                        .members
                         .iter()
-                        .map(|m| {
+                        .map(|m| m.member_id.to_string())
+                        .collect();
+                    plan.assign(&topics[0], &members, &member_id)
+                        .into_iter()
+                        .map(|(m, a)| {
                             SyncGroupRequestAssignment::default()
-                                .with_member_id(m.member_id.clone())
-                                .with_assignment(nothing())
+                                .with_member_id(StrBytes::from_string(m))
+                                .with_assignment(a)
                         })
                         .collect()
                 } else {
