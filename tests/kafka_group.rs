@@ -124,20 +124,18 @@ fn metric(body: &str, name: &str) -> f64 {
         .sum()
 }
 
-#[test]
-fn on_a_broker_that_reports_no_assignments_the_watchdog_judges_from_the_log_and_rejoins() {
-    // The test broker's group descriptions carry no assignment bytes, so the watchdog cannot read
-    // who owns what there; it judges from the log instead. Here a rogue member leads the group and
-    // assigns nothing while records wait in every partition: no committed offset moves, and the
-    // member, holding nothing, must notice it after the bound (three session timeouts of 6 s),
-    // log it, count it, turn /readyz false and rejoin. (A member that holds nothing while the
-    // others make progress must not rejoin: the scale-step test would see its rebalances as
-    // pauses.)
-    let broker = Broker::start();
-    broker.create_topic("events", 3);
-    let s = Scenario::generate(3, 2_000, 17);
-    s.produce(&broker.addr, 500, Duration::ZERO).join().unwrap();
-    let rogue = rogue::Rogue::start(&broker.addr, "scn", &["events"]);
+/// Waits until `rogue` has led a generation, then starts a member of its group with a metrics
+/// port and a log file, and waits until its watchdog says it judges from the log. Returns the
+/// member's directory, metrics port, log and process.
+fn member_beside(
+    rogue: &rogue::Rogue,
+    broker: &Broker,
+) -> (
+    tempfile::TempDir,
+    u16,
+    std::path::PathBuf,
+    std::process::Child,
+) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while rogue.led.load(std::sync::atomic::Ordering::SeqCst) == 0 {
         assert!(Instant::now() < deadline, "the rogue never led the group");
@@ -162,6 +160,24 @@ fn on_a_broker_that_reports_no_assignments_the_watchdog_judges_from_the_log_and_
     let log = dir.path().join("m1.log");
     let member = start_member_logged(&cfg, &log);
     common::wait_for_log(&log, "the group watchdog judges from the log", 1, 30);
+    (dir, port, log, member)
+}
+
+#[test]
+fn on_a_broker_that_reports_no_assignments_the_watchdog_judges_from_the_log_and_rejoins() {
+    // The test broker's group descriptions carry no assignment bytes, so the watchdog cannot read
+    // who owns what there; it judges from the log instead. Here a rogue member leads the group and
+    // assigns nothing while records wait in every partition: no committed offset moves, and the
+    // member, holding nothing, must notice it after the bound (three session timeouts of 6 s),
+    // log it, count it, turn /readyz false and rejoin. (A member that holds nothing while the
+    // others make progress must not rejoin: the scale-step test would see its rebalances as
+    // pauses.)
+    let broker = Broker::start();
+    broker.create_topic("events", 3);
+    let s = Scenario::generate(3, 2_000, 17);
+    s.produce(&broker.addr, 500, Duration::ZERO).join().unwrap();
+    let rogue = rogue::Rogue::start(&broker.addr, "scn", &["events"]);
+    let (_dir, port, log, member) = member_beside(&rogue, &broker);
     let started = Instant::now();
     common::wait_for_log(&log, "leaving and joining it again", 1, 90);
     let waited = started.elapsed();
@@ -200,30 +216,7 @@ fn a_member_holding_partitions_rejoins_when_another_sits_on_a_partition_for_twic
     let s = Scenario::generate(3, 3_000, 29);
     s.produce(&broker.addr, 500, Duration::ZERO).join().unwrap();
     let rogue = rogue::Rogue::keeping(&broker.addr, "scn", &["events"], 3, &[0]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while rogue.led.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < deadline, "the rogue never led the group");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let cfg = dir.path().join("m.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "{}\n[metrics]\naddress = \"127.0.0.1:{port}\"\n",
-            dynamic(pipeline(
-                &broker.addr,
-                &dir.path().join("state"),
-                Some("m1"),
-                ""
-            ))
-        ),
-    )
-    .unwrap();
-    let log = dir.path().join("m1.log");
-    let member = start_member_logged(&cfg, &log);
-    common::wait_for_log(&log, "the group watchdog judges from the log", 1, 30);
+    let (_dir, port, log, member) = member_beside(&rogue, &broker);
     assert!(
         wait_for(&broker.addr, "panes", 1, 60) > 0,
         "the member made no progress on the partitions the rogue gave it"
