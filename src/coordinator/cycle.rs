@@ -134,13 +134,13 @@ impl Core {
     ) -> Result<(), CycleError> {
         let mut tpl = TopicPartitionList::new();
         let fatal = |e: rdkafka::error::KafkaError| CycleError::Fatal(e.to_string());
-        let parts_topic = self.parts_topic().to_string();
+        let parts_topic = self.parts_topic();
         for (&p, part) in &self.parts {
             if let Some(next) = part
                 .next_offset
                 .filter(|n| part.committed_offset != Some(*n))
             {
-                tpl.add_partition_offset(&parts_topic, p, Offset::Offset(next))
+                tpl.add_partition_offset(parts_topic, p, Offset::Offset(next))
                     .map_err(fatal)?;
             }
         }

@@ -614,7 +614,7 @@ impl Core {
             .chain(
                 self.sources
                     .keys()
-                    .map(|&(t, p)| (self.k.input_topics[t as usize].clone(), p)),
+                    .map(|&(t, p)| (self.input_topic(t).to_string(), p)),
             )
             .collect();
         gauge!(m::ASSIGNED_PARTITIONS).set(held.len() as f64);
