@@ -1,5 +1,7 @@
-//! Test support: a real Kafka-protocol broker (Tansu, installed by `scripts/install-broker.sh`)
-//! started on a free loopback port for the life of a test run, and Kafka helpers.
+//! Test support: a real Kafka-protocol broker started on a free loopback port for the life of a
+//! test, and Kafka helpers. `TIDEMARK_TEST_BROKER` picks the broker: `tansu` (default; memory
+//! storage) or `noida` (noida-db, a data directory of its own, so it can be killed and restarted
+//! with its data). Both are installed into `.venv/` by `scripts/install-broker.sh`.
 
 #![allow(dead_code)]
 
@@ -17,11 +19,44 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Which Kafka-protocol broker the tests run against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerKind {
+    /// Tansu 0.6.0 with memory storage.
+    Tansu,
+    /// noida-db 0.2.3, keeping its data in a directory.
+    Noida,
+}
+
+impl BrokerKind {
+    /// The broker `TIDEMARK_TEST_BROKER` names (`tansu` when unset).
+    pub fn from_env() -> BrokerKind {
+        match std::env::var("TIDEMARK_TEST_BROKER").as_deref() {
+            Ok("noida") => BrokerKind::Noida,
+            Ok("tansu") | Err(_) => BrokerKind::Tansu,
+            Ok(other) => panic!("TIDEMARK_TEST_BROKER={other:?}: expected tansu or noida"),
+        }
+    }
+
+    /// The broker's name as `TIDEMARK_TEST_BROKER` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BrokerKind::Tansu => "tansu",
+            BrokerKind::Noida => "noida",
+        }
+    }
+}
+
 /// A running broker; stopped when dropped.
 pub struct Broker {
     child: Child,
     /// `127.0.0.1:PORT`.
     pub addr: String,
+    /// Which broker this is.
+    pub kind: BrokerKind,
+    port: u16,
+    /// noida-db's data directory, kept across restarts.
+    data: Option<tempfile::TempDir>,
 }
 
 /// Where the broker's output goes: the file `TIDEMARK_BROKER_LOG` names, or nowhere.
@@ -36,43 +71,95 @@ fn broker_log() -> Stdio {
     }
 }
 
+/// A program installed into the project's `.venv/bin`.
+fn venv_bin(name: &str) -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(".venv/bin")
+        .join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: run scripts/install-deps.sh (scripts/test.sh does)",
+        bin.display()
+    );
+    bin
+}
+
 impl Broker {
-    /// Starts Tansu with memory storage on a free port and waits until it accepts connections.
-    /// With `TIDEMARK_BROKER_LOG=FILE` set, the broker's output is appended to FILE (its level
-    /// set by `RUST_LOG`, e.g. `tansu_broker::coordinator::group=debug` to follow the group
-    /// coordinator); otherwise it is discarded.
+    /// Starts the broker `TIDEMARK_TEST_BROKER` names on a free port and waits until it accepts
+    /// connections. With `TIDEMARK_BROKER_LOG=FILE` set, the broker's output is appended to FILE
+    /// (Tansu's level set by `RUST_LOG`, e.g. `tansu_broker::coordinator::group=debug` to follow
+    /// its group coordinator); otherwise it is discarded.
     pub fn start() -> Broker {
-        let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/tansu");
-        assert!(
-            bin.exists(),
-            "{} is missing: run scripts/install-deps.sh (scripts/test.sh does)",
-            bin.display()
-        );
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
-        let url = format!("tcp://{addr}");
-        let child = Command::new(bin)
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-            ])
-            .args(["--storage-engine", "memory://tansu/"])
-            .stdout(broker_log())
-            .stderr(broker_log())
-            .spawn()
-            .expect("start tansu");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(&addr).is_err() {
-            assert!(Instant::now() < deadline, "broker did not start on {addr}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Broker { child, addr }
+        Broker::start_kind(BrokerKind::from_env())
     }
 
-    /// Creates a topic explicitly (auto-created topics lose writes on this broker).
+    /// Starts a broker of `kind`.
+    pub fn start_kind(kind: BrokerKind) -> Broker {
+        let port = free_port();
+        let data = match kind {
+            BrokerKind::Tansu => None,
+            BrokerKind::Noida => Some(tempfile::tempdir().unwrap()),
+        };
+        let child = spawn_broker(kind, port, data.as_ref().map(|d| d.path()));
+        let addr = format!("127.0.0.1:{port}");
+        wait_for_port(&addr);
+        Broker {
+            child,
+            addr,
+            kind,
+            port,
+            data,
+        }
+    }
+
+    /// Kills the broker with SIGKILL and waits for it to be gone.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Stops the broker with SIGTERM (its clean shutdown) and waits for it, at most 30 s.
+    pub fn terminate(&mut self) {
+        signal(self.child.id(), "TERM");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                self.kill9();
+                panic!("the broker did not stop within 30 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the broker again on the same port (and, for noida-db, the same data directory)
+    /// after [`Broker::kill9`] or [`Broker::terminate`].
+    pub fn restart(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        // The port may linger a moment after the old process is gone.
+        while TcpListener::bind(&self.addr).is_err() {
+            assert!(Instant::now() < deadline, "port {} stays taken", self.addr);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.child = spawn_broker(self.kind, self.port, self.data.as_ref().map(|d| d.path()));
+        wait_for_port(&self.addr);
+    }
+
+    /// Whether this broker's group descriptions carry no members' assignments (Tansu's never do),
+    /// so that the group watchdog judges ownership from the log: tests of that judgement call
+    /// this and end early (saying so, with `what` they would show) on other brokers.
+    pub fn reports_no_assignments(&self, what: &str) -> bool {
+        let blind = self.kind == BrokerKind::Tansu;
+        if !blind {
+            eprintln!(
+                "skipped on {}: its group descriptions carry assignments, so the watchdog reads \
+                 ownership from them and does not judge {what} from the log",
+                self.kind.name()
+            );
+        }
+        blind
+    }
+
+    /// Creates a topic explicitly (auto-created topics lose writes on Tansu).
     pub fn create_topic(&self, name: &str, partitions: i32) {
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
             .set("bootstrap.servers", &self.addr)
@@ -93,6 +180,50 @@ impl Broker {
             r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e:?}"));
         }
     }
+}
+
+/// Starts the broker process of `kind` on `port`.
+fn spawn_broker(kind: BrokerKind, port: u16, data: Option<&std::path::Path>) -> Child {
+    let addr = format!("127.0.0.1:{port}");
+    let mut c = match kind {
+        BrokerKind::Tansu => {
+            let url = format!("tcp://{addr}");
+            let mut c = Command::new(venv_bin("tansu"));
+            c.args(["broker", "--listener-url", &url])
+                .args(["--advertised-listener-url", &url])
+                .args(["--storage-engine", "memory://tansu/"]);
+            c
+        }
+        BrokerKind::Noida => {
+            let mut c = Command::new(venv_bin("noida-db-bin"));
+            c.args(["start", "--data-dir"])
+                .arg(data.expect("noida-db needs a data directory"))
+                .args(["--only", "kafka", "--kafka-port", &port.to_string()]);
+            c
+        }
+    };
+    c.stdin(Stdio::null())
+        .stdout(broker_log())
+        .stderr(broker_log())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", kind.name()))
+}
+
+/// Waits until `addr` accepts connections (at most 20 s).
+fn wait_for_port(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "broker did not start on {addr}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends signal `sig` (`TERM`, `INT`, ...) to process `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap();
 }
 
 impl Drop for Broker {
