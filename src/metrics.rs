@@ -70,6 +70,11 @@ pub const GROUP_WEDGES: &str = "tidemark_group_wedges_total";
 /// since its own claim (the group moved them without telling this member); each time, the
 /// transaction is aborted and the member joins the group again.
 pub const PARTITIONS_SUPERSEDED: &str = "tidemark_partitions_superseded_total";
+/// Times this member gave up the cooperative rebalance protocol for the eager one; label
+/// `reason`: `stalled` (a rebalance waited on the broker past its bound), `superseded` (the
+/// group gave a held partition to another member) or `group` (another member decided it, and
+/// the claims topic said so).
+pub const ASSIGNOR_FALLBACKS: &str = "tidemark_assignor_fallbacks_total";
 /// Records between the consumer's position and the partition's end; labels `topic`, `partition`.
 pub const CONSUMER_LAG: &str = "tidemark_consumer_lag_records";
 /// Seconds the partition's lag takes to process at the partition's recent processing rate
@@ -123,6 +128,7 @@ pub const ALL: &[&str] = &[
     UNOWNED_PARTITIONS,
     GROUP_WEDGES,
     PARTITIONS_SUPERSEDED,
+    ASSIGNOR_FALLBACKS,
     HOP_WATERMARK_RECORDS,
     SINK_ROWS,
     SINK_DEAD_LETTERS,
@@ -166,6 +172,10 @@ pub fn describe() {
     describe_counter!(
         PARTITIONS_SUPERSEDED,
         "Partitions dropped because another member claimed them after this member did (the transaction aborts and the member rejoins)."
+    );
+    describe_counter!(
+        ASSIGNOR_FALLBACKS,
+        "Times this member gave up the cooperative rebalance protocol for the eager one, by reason."
     );
     describe_counter!(
         HOP_WATERMARK_RECORDS,

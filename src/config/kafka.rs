@@ -150,6 +150,14 @@ impl RawConfig {
                 "needs kafka.instance_id (the group.instance.id must be stable across restarts)",
             );
         }
+        if let Some(strategy) = k.properties.get("partition.assignment.strategy") {
+            if let Err(e) = crate::kafka::assignor::protocol_of(strategy) {
+                c.fail(
+                    "kafka.properties.partition.assignment.strategy",
+                    format!("{strategy:?} {e}"),
+                );
+            }
+        }
         if let Some(reset) = k.properties.get("auto.offset.reset") {
             if OffsetReset::parse(reset).is_none() {
                 c.fail(

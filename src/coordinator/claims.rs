@@ -1,10 +1,12 @@
 //! Fencing from the log: claims.
 //!
 //! A broker that implements KIP-447 refuses `TxnOffsetCommit` from a member of an old generation,
-//! so a *zombie* (a member that lost its partitions without noticing) cannot commit. The test
-//! broker, Tansu, does not check, and under static membership it has been seen to hand a
-//! member's partitions to another member while the first still held them: both committed the
-//! same input, and panes were written twice. This module closes that hole with the log alone.
+//! so a *zombie* (a member that lost its partitions without noticing) cannot commit. Not every
+//! broker checks ([`crate::kafka::quirks::NO_GENERATION_FENCING`]), and a group coordinator has
+//! been seen to hand a member's partitions to another member while the first still held them
+//! (under static membership; under the cooperative protocol,
+//! [`crate::kafka::quirks::COOPERATIVE_FOLLOW_UP_INCOMPLETE`]): both committed the same input,
+//! and panes were written twice. This module closes that hole with the log alone.
 //!
 //! The claims topic (`<application_id>-claims`, one partition) holds one record per partition a
 //! member is assigned: key `topic/partition`, value `token generation`, where the token names the
@@ -25,9 +27,14 @@
 //! resolved, and waits for its outcome (restores wait for open transactions). If it sees the
 //! claim, it aborts. Every claim counts as soon as it is written, whatever becomes of its
 //! transaction: an aborted claim can only make a member give up a partition it might have kept.
+//!
+//! The same topic carries the group's one decision about its rebalance protocol: a record
+//! [`crate::kafka::assignor::FALLBACK_KEY`] moves every member to the eager protocol (see
+//! [`crate::kafka::assignor`] and `super::membership`).
 
 use super::errors::{CycleError, RunError};
 use super::Core;
+use crate::kafka::assignor;
 use crate::kafka::raw_log::{PartitionTail, RawLogError};
 use crate::metrics as m;
 use metrics::counter;
@@ -55,6 +62,8 @@ pub(super) struct ClaimBook {
     generation: u64,
     next: i64,
     held: HashMap<TopicPartition, Held>,
+    /// Whether the claims topic holds the record that moves the group to the eager protocol.
+    eager: bool,
 }
 
 /// The key of a claim record for `part`.
@@ -84,7 +93,13 @@ impl ClaimBook {
             generation: 0,
             next,
             held: HashMap::new(),
+            eager: false,
         }
+    }
+
+    /// Whether the claims read so far move the group to the eager rebalance protocol.
+    pub(super) fn eager(&self) -> bool {
+        self.eager
     }
 
     /// Where the next read of the claims topic starts.
@@ -126,6 +141,10 @@ impl ClaimBook {
     ) -> Vec<TopicPartition> {
         let mut lost = Vec::new();
         for (key, value) in records {
+            if assignor::is_fallback(key, value) {
+                self.eager = true;
+                continue;
+            }
             let Some((part, token, generation)) = parse(key, value) else {
                 continue;
             };
@@ -148,6 +167,11 @@ impl ClaimBook {
     pub(super) fn holds_nothing(&self) -> bool {
         self.held.is_empty()
     }
+
+    /// Whether this process holds `part`.
+    pub(super) fn holds(&self, part: &TopicPartition) -> bool {
+        self.held.contains_key(part)
+    }
 }
 
 /// A token that names this process among the group's members past and present: the instance id
@@ -164,22 +188,45 @@ pub(super) fn process_token(instance_id: &str) -> String {
 pub(super) struct Claims {
     book: ClaimBook,
     tail: PartitionTail,
+    /// Held partitions found claimed by another process in a look outside the commit cycle,
+    /// for the next cycle's check.
+    pending: Vec<TopicPartition>,
 }
 
 impl Claims {
-    /// Connects to the claims topic and reads it to its end: this process's reading starts there.
+    /// Connects to the claims topic and reads it to its end: this process's reading starts there
+    /// (older claims concern older owners), knowing whether the group moved to the eager
+    /// rebalance protocol.
     pub(super) fn start(
         bootstrap: &str,
         topic: &str,
         instance_id: &str,
     ) -> Result<Claims, RawLogError> {
         let mut tail = PartitionTail::connect(bootstrap, topic, 0)?;
-        let (_, end) = tail.read_from(0)?;
+        let (records, end) = tail.read_from(0)?;
+        let mut book = ClaimBook::new(process_token(instance_id), end);
+        book.read(records.iter().map(key_value), end);
         Ok(Claims {
-            book: ClaimBook::new(process_token(instance_id), end),
+            book,
             tail,
+            pending: Vec::new(),
         })
     }
+
+    /// Reads the claims written since the last look into the book; returns the held partitions
+    /// another process claimed since this one did.
+    fn look(&mut self) -> Result<Vec<TopicPartition>, RawLogError> {
+        let (records, next) = self.tail.read_from(self.book.next())?;
+        Ok(self.book.read(records.iter().map(key_value), next))
+    }
+}
+
+/// A raw record's key and value, empty where absent.
+fn key_value(r: &crate::kafka::raw_log::RawRecord) -> (&[u8], &[u8]) {
+    (
+        r.key.as_deref().unwrap_or_default(),
+        r.value.as_deref().unwrap_or_default(),
+    )
 }
 
 impl Core {
@@ -216,27 +263,56 @@ impl Core {
         let Some(claims) = self.claims.as_mut() else {
             return Ok(());
         };
+        let pending = std::mem::take(&mut claims.pending);
         if claims.book.holds_nothing() {
             return Ok(());
         }
-        let (records, next) = claims
-            .tail
-            .read_from(claims.book.next())
+        let mut lost = claims
+            .look()
             .map_err(|e| CycleError::Abortable(format!("reading the claims topic: {e}")))?;
-        let lost = claims.book.read(
-            records.iter().map(|r| {
-                (
-                    r.key.as_deref().unwrap_or_default(),
-                    r.value.as_deref().unwrap_or_default(),
-                )
-            }),
-            next,
-        );
+        for part in pending {
+            if claims.book.holds(&part) && !lost.contains(&part) {
+                lost.push(part);
+            }
+        }
         if lost.is_empty() {
             Ok(())
         } else {
             Err(CycleError::Superseded(lost))
         }
+    }
+
+    /// Reads the claims written since the last look outside the commit cycle (a member that holds
+    /// nothing runs no cycle): what it finds of this member's partitions waits for the next
+    /// cycle's check. A failed read is logged and decides nothing.
+    pub(super) fn look_at_claims(&mut self) {
+        let Some(claims) = self.claims.as_mut() else {
+            return;
+        };
+        match claims.look() {
+            Ok(lost) => claims.pending.extend(lost),
+            Err(e) => tracing::warn!("reading the claims topic: {e}"),
+        }
+    }
+
+    /// Whether the claims topic says the group moved to the eager rebalance protocol.
+    pub(super) fn group_is_eager(&self) -> bool {
+        self.claims.as_ref().is_some_and(|c| c.book.eager())
+    }
+
+    /// Moves the group to the eager rebalance protocol: writes the record that says so into the
+    /// claims topic (in the open transaction; claims count as soon as they are written) and
+    /// waits for its delivery.
+    pub(super) fn announce_eager(&mut self) -> Result<(), CycleError> {
+        if self.claims.is_none() || self.group_is_eager() {
+            return Ok(());
+        }
+        let record = BaseRecord::with_opaque_to(&self.k.claims_topic, 0usize)
+            .partition(0)
+            .key(assignor::FALLBACK_KEY)
+            .payload(assignor::FALLBACK_VALUE);
+        self.send(record)?;
+        self.await_deliveries()
     }
 
     /// After [`CycleError::Superseded`]: aborts the transaction, drops the partitions another
@@ -340,6 +416,23 @@ mod tests {
         assert_eq!(a.next(), 9);
         a.release(&tp(0));
         assert!(a.holds_nothing());
+    }
+
+    #[test]
+    fn the_fallback_record_moves_the_book_to_the_eager_protocol_and_claims_nothing() {
+        let mut a = ClaimBook::new("a".into(), 0);
+        let mine = a.claim(&[tp(0)]);
+        assert!(!a.eager());
+        let log = vec![
+            mine[0].clone(),
+            (
+                String::from_utf8(assignor::FALLBACK_KEY.to_vec()).unwrap(),
+                String::from_utf8(assignor::FALLBACK_VALUE.to_vec()).unwrap(),
+            ),
+        ];
+        assert!(feed(&mut a, &log, 2).is_empty());
+        assert!(a.eager());
+        assert!(a.holds(&tp(0)));
     }
 
     #[test]

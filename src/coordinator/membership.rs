@@ -1,6 +1,8 @@
 //! The member's place in its consumer group: the consumer, created with the rebalance context
-//! that restores and commits on its behalf and subscribed to the pipeline's topics, and the way it
-//! joins again when the group watchdog finds the group wedged (see [`super::watchdog`]).
+//! that restores and commits on its behalf and subscribed to the pipeline's topics, the way it
+//! joins again when the group watchdog finds the group wedged (see [`super::watchdog`]), and the
+//! group's fallback from the cooperative rebalance protocol to the eager one
+//! ([`crate::kafka::assignor`]).
 
 use super::errors::RunError;
 use super::rebalance::{self, RebalanceContext, Rejoin, Why};
@@ -8,9 +10,18 @@ use super::scaling::Idle;
 use super::watchdog::Watchdog;
 use super::Core;
 use crate::config::KafkaSpec;
+use crate::kafka::assignor::{self, Protocol};
+use crate::metrics as m;
+use metrics::counter;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often a member using the cooperative protocol reads the claims topic for the group's
+/// fallback when it runs no commit cycle that would.
+const LOOK_FOR_FALLBACK_EVERY: Duration = Duration::from_secs(1);
 
 /// A member of the group: its consumer and what joining again needs.
 pub(super) struct Membership {
@@ -23,6 +34,24 @@ pub(super) struct Membership {
     input_partitions: usize,
     settings: ClientConfig,
     topics: Vec<String>,
+    /// The rebalance protocol of the consumer's assignor.
+    protocol: Protocol,
+    /// When the claims topic was last read for the group's fallback.
+    last_look: Instant,
+    /// After a fallback: the cooperative assignor given up, and since when (with the context's
+    /// assignment count then) the broker has refused the eager joins.
+    fell_back: Option<FellBack>,
+    /// Set when the broker refused the eager protocol for longer than the bound: this process
+    /// stays with the cooperative one.
+    pinned: bool,
+}
+
+/// What a member that gave up the cooperative protocol remembers.
+struct FellBack {
+    /// The assignor it used before.
+    cooperative: String,
+    /// Since when, and after how many assignments, the broker has refused its eager joins.
+    refused: Option<(Instant, u64)>,
 }
 
 impl Membership {
@@ -34,6 +63,17 @@ impl Membership {
         settings: ClientConfig,
         topics: Vec<String>,
     ) -> Result<Membership, RunError> {
+        let mut settings = settings;
+        let mut protocol = protocol_of(&settings)?;
+        if protocol == Protocol::Cooperative && core.lock().expect("lock").group_is_eager() {
+            tracing::warn!(
+                assignor = assignor::EAGER_FALLBACK,
+                "the claims topic says this group gave up the cooperative rebalance protocol \
+                 (a rebalance did not complete on this broker): joining with the eager one"
+            );
+            settings.set("partition.assignment.strategy", assignor::EAGER_FALLBACK);
+            protocol = Protocol::Eager;
+        }
         let (consumer, idle) = subscribed(&core, k, input_partitions, &settings, &topics)?;
         Ok(Membership {
             consumer,
@@ -43,12 +83,36 @@ impl Membership {
             input_partitions,
             settings,
             topics,
+            protocol,
+            last_look: Instant::now(),
+            fell_back: None,
+            pinned: false,
         })
+    }
+
+    /// Takes note of a consumer error: after a fallback, a join the broker refuses because the
+    /// group's protocol is another one.
+    pub(super) fn note_consumer_error(&mut self, e: &rdkafka::error::KafkaError) {
+        let refused = e.rdkafka_error_code()
+            == Some(rdkafka::types::RDKafkaErrorCode::InconsistentGroupProtocol);
+        if let (true, Some(f)) = (refused, self.fell_back.as_mut()) {
+            let assignments = self.consumer.context().assignments.load(Ordering::Relaxed);
+            match f.refused {
+                Some((_, seen)) if seen == assignments => {}
+                _ => f.refused = Some((Instant::now(), assignments)),
+            }
+        }
     }
 
     /// Rejoins when the group watchdog asks for it (the group is wedged), or when the core found
     /// partitions of this member's claimed by another member.
     pub(super) fn rejoin_if_asked(&mut self, watchdog: Option<&Watchdog>) -> Result<(), RunError> {
+        if let Some(reason) = self.fallback_reason() {
+            return self.fall_back(reason);
+        }
+        if self.refused_for_too_long() {
+            return self.go_back();
+        }
         if let Some(w) = watchdog.filter(|w| w.take_rejoin()) {
             self.rejoin(Why::Wedged {
                 bound_ms: w.bound_ms,
@@ -58,6 +122,116 @@ impl Membership {
         if superseded {
             self.rejoin(Why::Superseded)?;
         }
+        Ok(())
+    }
+
+    /// Why this member must give up the cooperative protocol now, if it must: the group decided
+    /// it (the claims topic says so), a rebalance waited on the broker past its bound, or the
+    /// group gave a partition this member held to another member without revoking it first.
+    fn fallback_reason(&mut self) -> Option<&'static str> {
+        if self.protocol != Protocol::Cooperative || self.pinned {
+            return None;
+        }
+        let mut core = self.core.lock().expect("lock");
+        if self.last_look.elapsed() >= LOOK_FOR_FALLBACK_EVERY {
+            self.last_look = Instant::now();
+            core.look_at_claims();
+        }
+        if core.group_is_eager() {
+            Some("group")
+        } else if self.consumer.context().stalled.load(Ordering::Relaxed) {
+            Some("stalled")
+        } else if core.superseded {
+            Some("superseded")
+        } else {
+            None
+        }
+    }
+
+    /// Moves the group to the eager protocol (unless it already is: then only this member
+    /// follows), commits, leaves, and joins again with a new consumer using
+    /// [`assignor::EAGER_FALLBACK`].
+    fn fall_back(&mut self, reason: &'static str) -> Result<(), RunError> {
+        tracing::error!(
+            reason,
+            assignor = assignor::EAGER_FALLBACK,
+            "a cooperative rebalance did not complete on this broker (stalled: a rebalance \
+             waited on the broker past its bound; superseded: the group gave a held partition \
+             to another member; group: another member found either): the group gives up the \
+             cooperative protocol and joins again with the eager one"
+        );
+        counter!(m::ASSIGNOR_FALLBACKS, "reason" => reason).increment(1);
+        {
+            let mut c = self.core.lock().expect("lock");
+            c.health.set_ready(false);
+            c.superseded = false;
+            if let Err(e) = c.announce_eager() {
+                // The transaction is abortable; the next member to find the stall announces it,
+                // or this one after its next rebalance goes wrong.
+                c.abort_and_rewind(&self.consumer, &format!("announcing the fallback: {e:?}"))?;
+            }
+            c.dirty = true;
+            c.commit(&self.consumer)?;
+        }
+        let cooperative = self
+            .settings
+            .get("partition.assignment.strategy")
+            .unwrap_or_default()
+            .to_string();
+        self.fell_back = Some(FellBack {
+            cooperative,
+            refused: None,
+        });
+        self.resubscribe(assignor::EAGER_FALLBACK, Protocol::Eager)
+    }
+
+    /// Whether, since a fallback, the broker has refused every eager join for longer than the
+    /// bound without this member being assigned in between: a broker that keeps the protocol a
+    /// group had after all its members left does ([`crate::kafka::quirks::GROUP_KEEPS_ITS_PROTOCOL`]).
+    fn refused_for_too_long(&self) -> bool {
+        let Some(FellBack {
+            refused: Some((since, seen)),
+            ..
+        }) = &self.fell_back
+        else {
+            return false;
+        };
+        let context = self.consumer.context();
+        context.assignments.load(Ordering::Relaxed) == *seen
+            && since.elapsed() > context.stall_bound
+    }
+
+    /// Goes back to the cooperative assignor this member gave up, for the rest of its life.
+    fn go_back(&mut self) -> Result<(), RunError> {
+        let cooperative = self
+            .fell_back
+            .take()
+            .map(|f| f.cooperative)
+            .unwrap_or_default();
+        tracing::error!(
+            assignor = cooperative,
+            "the broker refuses the eager protocol for this group (it keeps the protocol the \
+             group had): back to the cooperative one for the rest of this process"
+        );
+        self.pinned = true;
+        self.core.lock().expect("lock").health.set_ready(false);
+        self.resubscribe(&cooperative, Protocol::Cooperative)
+    }
+
+    /// Leaves the group and joins it again with a new consumer using `strategy`.
+    fn resubscribe(&mut self, strategy: &str, protocol: Protocol) -> Result<(), RunError> {
+        self.consumer.unsubscribe();
+        self.settings.set("partition.assignment.strategy", strategy);
+        self.protocol = protocol;
+        let (consumer, idle) = subscribed(
+            &self.core,
+            &self.k,
+            self.input_partitions,
+            &self.settings,
+            &self.topics,
+        )?;
+        self.consumer = consumer;
+        self.idle = idle;
         Ok(())
     }
 
@@ -118,7 +292,7 @@ fn subscribed(
     settings: &ClientConfig,
     topics: &[String],
 ) -> Result<(BaseConsumer<RebalanceContext>, Arc<Idle>), RunError> {
-    let context = RebalanceContext::new(core.clone(), k, input_partitions);
+    let context = RebalanceContext::new(core.clone(), k, input_partitions, settings)?;
     let idle = context.idle.clone();
     let consumer: BaseConsumer<RebalanceContext> = settings
         .create_with_context(context)
@@ -128,4 +302,13 @@ fn subscribed(
         .subscribe(&names)
         .map_err(|e| RunError::Startup(format!("subscribing: {e}")))?;
     Ok((consumer, idle))
+}
+
+/// The rebalance protocol of the assignor `settings` name.
+fn protocol_of(settings: &ClientConfig) -> Result<Protocol, RunError> {
+    let strategy = settings
+        .get("partition.assignment.strategy")
+        .unwrap_or(assignor::DEFAULT_STRATEGY);
+    assignor::protocol_of(strategy)
+        .map_err(|e| RunError::Startup(format!("partition.assignment.strategy: {e}")))
 }

@@ -376,6 +376,7 @@ pub fn run(
                     ))),
                     None => {
                         tracing::warn!("consumer: {e}");
+                        member.note_consumer_error(&e);
                         Ok(())
                     }
                 },

@@ -13,6 +13,7 @@ use super::sources;
 use super::telemetry::PartGauges;
 use super::{Core, Part, Source, Topology};
 use crate::clock::wall_ms;
+use crate::kafka::assignor::{self, JoinWatch};
 use crate::metrics as m;
 use crate::pipeline::{Front, Step};
 use crate::state::changelog::{
@@ -25,6 +26,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtoc
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -321,9 +323,10 @@ impl Core {
     }
 
     /// Restores every windowing partition and reads every source's markers of an assignment,
-    /// [`PARALLEL_RESTORES`] at a time. Each read ends with a fetch that finds nothing new, and
-    /// the test broker holds such a fetch for its whole wait (50 ms): one after another, 256
-    /// partitions took 27 s of waiting before the first commit. The results are applied (and
+    /// [`PARALLEL_RESTORES`] at a time. Each read ends with a fetch that finds nothing new, which
+    /// a broker may hold for its whole wait, 50 ms
+    /// ([`crate::kafka::quirks::FETCH_HELD_PAST_DATA`]): one after another, 256 partitions
+    /// took 27 s of waiting before the first commit. The results are applied (and
     /// logged) in the assignment's order, as before.
     fn restore_all(&self, tpl: &TopicPartitionList) -> Prefetched {
         let mut windowing = Vec::new();
@@ -472,16 +475,44 @@ pub struct RebalanceContext {
     pub(super) scaling: Mutex<super::scaling::ScalingModel>,
     /// Nanoseconds the loop has waited for records in all ([`super::scaling::Idle`]).
     pub(super) idle: Arc<super::scaling::Idle>,
+    /// With the cooperative protocol: the watch on rebalances that wait on the broker, fed by
+    /// the statistics reports, and when the context was made (the watch's clock).
+    join_watch: Option<(Mutex<JoinWatch>, Instant)>,
+    /// Set once a rebalance waited on the broker past the watch's bound.
+    pub(super) stalled: AtomicBool,
+    /// How long a rebalance may wait on the broker: the rebalance timeout plus a session.
+    pub(super) stall_bound: Duration,
+    /// Assignments this consumer was given (assignment callbacks).
+    pub(super) assignments: AtomicU64,
 }
 
 impl RebalanceContext {
-    /// The context of `k`'s consumer, over a pipeline with `input_partitions` input partitions.
+    /// The context of `k`'s consumer with client `settings`, over a pipeline with
+    /// `input_partitions` input partitions.
     pub(super) fn new(
         core: Arc<Mutex<Core>>,
         k: &crate::config::KafkaSpec,
         input_partitions: usize,
-    ) -> Self {
-        RebalanceContext {
+        settings: &rdkafka::ClientConfig,
+    ) -> Result<Self, RunError> {
+        let strategy = settings
+            .get("partition.assignment.strategy")
+            .unwrap_or(assignor::DEFAULT_STRATEGY);
+        let protocol = assignor::protocol_of(strategy)
+            .map_err(|e| RunError::Startup(format!("partition.assignment.strategy: {e}")))?;
+        let ms = |key: &str, default: u64| {
+            settings
+                .get(key)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(default)
+        };
+        let stall_bound = assignor::stall_bound(
+            ms("max.poll.interval.ms", 300_000),
+            ms("session.timeout.ms", 45_000),
+        );
+        let join_watch = (protocol == assignor::Protocol::Cooperative)
+            .then(|| (Mutex::new(JoinWatch::new(stall_bound)), Instant::now()));
+        Ok(RebalanceContext {
             core,
             input_topics: k.input_topics.clone(),
             scaling: Mutex::new(super::scaling::ScalingModel::new(
@@ -489,12 +520,29 @@ impl RebalanceContext {
                 input_partitions,
             )),
             idle: Arc::default(),
-        }
+            join_watch,
+            stalled: AtomicBool::new(false),
+            stall_bound,
+            assignments: AtomicU64::new(0),
+        })
     }
 }
 
 impl ClientContext for RebalanceContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
+        if let (Some((watch, born)), Some(group)) = (&self.join_watch, &statistics.cgrp) {
+            let stalled = watch
+                .lock()
+                .expect("lock")
+                .observe(born.elapsed(), &group.join_state);
+            if stalled && !self.stalled.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    join_state = group.join_state,
+                    "a rebalance has waited on the broker for longer than the rebalance timeout \
+                     plus a session timeout"
+                );
+            }
+        }
         let mut samples = Vec::new();
         for topic in statistics.topics.values() {
             if !self.input_topics.contains(&topic.topic) {
@@ -556,6 +604,7 @@ impl ConsumerContext for RebalanceContext {
         let mut core = self.core.lock().expect("lock");
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.assignments.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(partitions = ?partitions_of(tpl), "rebalance: assigning");
                 match core.assign(consumer, tpl) {
                     Ok(a) => {
@@ -650,9 +699,9 @@ pub(super) enum Rejoin {
     Subscribed,
     /// A static member left and removed its registration (where the broker supports it); the
     /// caller joins again with a new consumer as a dynamic member. A broker that keeps a static
-    /// member's registration (the test broker never evicts a static member that stopped
-    /// heartbeating while only static members join, which is how it wedges) cannot hand the new
-    /// membership the old one's place.
+    /// member's registration ([`crate::kafka::quirks::LEAVE_BY_INSTANCE_ID_IGNORED`],
+    /// [`crate::kafka::quirks::STATIC_PHANTOM_LEADER`]) cannot hand the new membership the old
+    /// one's place.
     AsDynamicMember,
 }
 

@@ -1,4 +1,5 @@
 //! Kafka client pieces shared by the runtime, restore, `audit`, `tail` and the tests.
 
+pub mod assignor;
 pub mod group;
 pub mod raw_log;

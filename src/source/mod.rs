@@ -2,8 +2,8 @@
 //! producer, and ([`decode`]) the decoding of input records into events.
 //!
 //! The consumer reads with `read_committed` isolation, never commits offsets itself (offsets are
-//! committed only inside transactions by the coordinator), and uses the cooperative-sticky
-//! assignor. A configured `instance_id` is also its `group.instance.id` (static membership).
+//! committed only inside transactions by the coordinator), and uses the `range` assignor unless
+//! `partition.assignment.strategy` is set (see [`crate::kafka::assignor`]). A configured `instance_id` is also its `group.instance.id` (static membership).
 //! User properties from `[kafka.properties]` come last, except the ones tidemark owns.
 
 pub mod decode;
@@ -33,12 +33,16 @@ pub fn base_config(k: &KafkaSpec) -> ClientConfig {
 /// The consumer configuration.
 pub fn consumer_config(k: &KafkaSpec) -> ClientConfig {
     let mut c = ClientConfig::new();
-    c.set("partition.assignment.strategy", "cooperative-sticky");
+    c.set(
+        "partition.assignment.strategy",
+        crate::kafka::assignor::DEFAULT_STRATEGY,
+    );
     c.set("auto.offset.reset", "earliest");
     // Statistics feed the consumer-lag gauge (see `metrics`).
     c.set("statistics.interval.ms", "5000");
-    // A broker that does not answer a waiting fetch as soon as data arrives (Tansu holds it for the
-    // whole wait) would add up to this wait to every record's latency; a fifth of the commit
+    // A broker that does not answer a waiting fetch as soon as data arrives
+    // (`kafka::quirks::FETCH_HELD_PAST_DATA`) would add up to this wait to every record's
+    // latency; a fifth of the commit
     // interval keeps it small next to the commit cycle (measured: p99 append -> pane commit went
     // from 484 ms to 199 ms at 100 ms commits, scripts/bench-kafka.sh).
     c.set(
@@ -64,7 +68,7 @@ pub fn producer_config(k: &KafkaSpec) -> ClientConfig {
     c.set("linger.ms", "5");
     for (key, value) in base_config(k).config_map() {
         // Consumer-only properties would make librdkafka warn on the producer.
-        const CONSUMER_ONLY: [&str; 7] = [
+        const CONSUMER_ONLY: [&str; 8] = [
             "session.",
             "max.poll",
             "group.",
@@ -72,6 +76,7 @@ pub fn producer_config(k: &KafkaSpec) -> ClientConfig {
             "auto.offset.reset",
             "fetch.",
             "isolation.level",
+            "partition.assignment.strategy",
         ];
         if !CONSUMER_ONLY.iter().any(|p| key.starts_with(p)) {
             c.set(key, value);

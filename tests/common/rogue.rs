@@ -21,7 +21,8 @@ use std::time::Duration;
 use tidemark::kafka::raw_log::RawClient;
 
 const MEMBER_ID_REQUIRED: i16 = 79;
-const PROTOCOL: &str = "cooperative-sticky";
+/// The assignor the rogue joins with: the members' default, so the group has a protocol in common.
+const PROTOCOL: &str = "range";
 
 fn subscription(topics: &[String]) -> Bytes {
     let mut b = BytesMut::new();
