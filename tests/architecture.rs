@@ -394,3 +394,59 @@ fn the_command_line_has_a_room_per_command() {
         "cli/mod.rs has {lines} lines: a match of everything again?"
     );
 }
+
+#[test]
+fn only_the_quirks_module_names_a_broker() {
+    // Workarounds for one broker's behaviour refer to their entry in `kafka::quirks`, which names
+    // the behaviour, the brokers and the test that shows it; nothing else in `src/` names a
+    // broker (comments included: a comment that blames a broker belongs in the catalogue).
+    let mut all = Vec::new();
+    rust_files(&src(), &mut all);
+    let quirks = src().join("kafka/quirks");
+    for file in all.iter().filter(|f| !f.starts_with(&quirks)) {
+        let text = std::fs::read_to_string(file).unwrap().to_lowercase();
+        for name in ["tansu", "noida", "redpanda", "test broker"] {
+            assert!(
+                !text.contains(name),
+                "{} names {name:?}: say what the broker does and cite kafka::quirks",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn every_quirk_is_shown_by_a_test_that_exists() {
+    // `shown_by` entries are `binary::test` for tests/ and `module::path::tests::test` for unit
+    // tests: the function must exist where the entry says.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    for quirk in tidemark::kafka::quirks::ALL {
+        for shown in quirk.shown_by {
+            let parts: Vec<&str> = shown.split("::").collect();
+            let name = parts.last().unwrap();
+            let file = if parts.len() == 2 {
+                root.join("tests").join(format!("{}.rs", parts[0]))
+            } else {
+                let module: Vec<&str> = parts[..parts.len() - 1]
+                    .iter()
+                    .copied()
+                    .filter(|p| *p != "tests")
+                    .collect();
+                let flat = src().join(format!("{}.rs", module.join("/")));
+                if flat.exists() {
+                    flat
+                } else {
+                    src().join(module.join("/")).join("mod.rs")
+                }
+            };
+            let text = std::fs::read_to_string(&file)
+                .unwrap_or_else(|_| panic!("{}: {shown}: no file {}", quirk.name, file.display()));
+            assert!(
+                text.contains(&format!("fn {name}(")),
+                "{}: {shown}: no test {name} in {}",
+                quirk.name,
+                file.display()
+            );
+        }
+    }
+}

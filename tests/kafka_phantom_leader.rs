@@ -1,5 +1,5 @@
 //! The test broker's phantom leader, made on purpose and cleared by the group watchdog's remedy
-//! (`kafka::group::clear_phantom_leader`).
+//! (`kafka::quirks::phantom_leader::clear`).
 //!
 //! Tansu 0.6 keeps a formed group's leader after a heartbeat evicts it. When a member then joins,
 //! the group forms again under that leader, who is gone: every SyncGroup answers
@@ -21,7 +21,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use std::time::{Duration, Instant};
-use tidemark::kafka::group::{clear_phantom_leader, LeaderCheck};
+use tidemark::kafka::quirks::phantom_leader::{clear as clear_phantom_leader, LeaderCheck};
 use tidemark::kafka::raw_log::RawClient;
 
 const GROUP: &str = "phantom";

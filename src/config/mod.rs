@@ -227,7 +227,8 @@ pub struct KafkaSpec {
     pub instance_id: String,
     /// Whether `instance_id` is also the consumer's `group.instance.id` (static membership: a
     /// member that restarts within the session timeout gets its partitions back without a
-    /// rebalance). Off by default: on the test broker static members wedged the group.
+    /// rebalance). Off by default: static members have wedged a group after rapid restarts
+    /// ([`crate::kafka::quirks::STATIC_PHANTOM_LEADER`]).
     pub static_membership: bool,
     /// Input topics, sorted (a record's source topic travels through the hop as its index here).
     pub input_topics: Vec<String>,

@@ -9,8 +9,8 @@
 //! fails decides nothing, nor does a description that shows no owner at all while this member
 //! holds partitions.
 //!
-//! A broker whose descriptions carry no assignment bytes (the test broker, Tansu, is one) cannot
-//! say who owns what. There the watchdog says so once and judges from the log instead
+//! A broker whose descriptions carry no assignment bytes
+//! ([`crate::kafka::quirks::DESCRIPTIONS_WITHOUT_ASSIGNMENTS`]) cannot say who owns what. There the watchdog says so once and judges from the log instead
 //! ([`crate::kafka::group::StallWatch`]): a partition counts as without an owner while the raw log
 //! holds a data record at or after the group's committed offset and that offset does not move.
 //! A member never acts on a stall of a partition it holds itself (it is that partition's
@@ -24,8 +24,9 @@
 
 use crate::config::KafkaSpec;
 use crate::kafka::group::{
-    parse_assignment, unowned, BlindWatch, LeaderCheck, StallWatch, Standing, Verdict, WedgeWatch,
+    parse_assignment, unowned, BlindWatch, StallWatch, Standing, Verdict, WedgeWatch,
 };
+use crate::kafka::quirks::phantom_leader::{self, LeaderCheck};
 use crate::kafka::raw_log::Peeker;
 use crate::metrics as m;
 use metrics::gauge;
@@ -199,12 +200,12 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicBool>, stop: Arc<AtomicBoo
     }
 }
 
-/// On a wedge seen from the log (a broker that reports no assignments, as the test broker), clears
-/// a phantom leader before the rejoin ([`crate::kafka::group::clear_phantom_leader`]): a rejoin
-/// alone cannot heal a group whose leader the broker kept after evicting it.
+/// On a wedge seen from the log (a broker that reports no assignments), clears a phantom leader
+/// before the rejoin ([`phantom_leader::clear`]): a rejoin alone cannot heal a group whose leader
+/// the broker kept after evicting it ([`crate::kafka::quirks::STATIC_PHANTOM_LEADER`]).
 fn clear_phantom_leader(w: &Watched) {
     let session = std::time::Duration::from_millis(w.session_ms.max(1) as u64);
-    match crate::kafka::group::clear_phantom_leader(&w.bootstrap, &w.group, session) {
+    match phantom_leader::clear(&w.bootstrap, &w.group, session) {
         Ok(LeaderCheck::Cleared(leader)) => tracing::warn!(
             group = %w.group,
             leader = %leader,
@@ -322,7 +323,7 @@ fn look(
     let mut assignments = Vec::new();
     for member in members {
         // A consumer-protocol assignment, even of nothing, has a version and a topic count: no
-        // bytes at all mean the broker does not report assignments (Tansu never does).
+        // bytes at all mean the broker does not report assignments.
         let Some(bytes) = member.assignment().filter(|b| !b.is_empty()) else {
             return Look::Blind;
         };

@@ -1,20 +1,18 @@
 //! Who owns what in a consumer group, read from the group's own description, and the rule that
 //! calls a group wedged.
 //!
-//! A group can stop assigning partitions without failing anyone: on the test broker, static
-//! members killed and restarted in quick succession joined a generation that never assigned a
-//! partition again, and ran for minutes with no output and no error. A member therefore looks,
+//! A group can stop assigning partitions without failing anyone: static members killed and
+//! restarted in quick succession have joined a generation that never assigned a partition again
+//! ([`super::quirks::STATIC_PHANTOM_LEADER`]), and ran for minutes with no output and no error. A member therefore looks,
 //! from outside its own consumer, at what the group's members own (their assignments, in the
 //! consumer protocol's encoding, from the group description) against the partitions of the topics
 //! the pipeline reads, and calls the group wedged when some partition has had no owner for longer
 //! than [`WedgeWatch`]'s bound.
 
 use super::raw_log::{connect, RawClient, RawLogError};
-use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::{
-    ApiKey, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, GroupId, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, LeaveGroupRequest,
     LeaveGroupResponse,
 };
 use kafka_protocol::protocol::StrBytes;
@@ -184,8 +182,8 @@ pub struct Standing {
     pub data_after: bool,
 }
 
-/// Finds stalled partitions when ownership cannot be read (the test broker reports no
-/// assignments): a partition is stalled at a look when the log holds work for it (a data record at
+/// Finds stalled partitions when ownership cannot be read
+/// ([`super::quirks::DESCRIPTIONS_WITHOUT_ASSIGNMENTS`]): a partition is stalled at a look when the log holds work for it (a data record at
 /// or after its committed offset) and its committed offset has not moved since the previous look.
 /// A partition that stays stalled for longer than [`WedgeWatch`]'s bound has had no owner making
 /// progress on it for that long, whoever the broker thinks owns it.
@@ -223,8 +221,8 @@ pub const HOLDER_FACTOR: i64 = 2;
 /// - A member that holds nothing acts on the others after the bound.
 /// - A member that holds partitions acts on the others after [`HOLDER_FACTOR`] times the bound:
 ///   a rejoin of a member that holds partitions rebalances the whole group, so it waits for the
-///   members that hold nothing to try first; but when every live member holds partitions (the
-///   test broker has given a partition to a member that never took it up) only they can act.
+///   members that hold nothing to try first; but when every live member holds partitions (a
+///   broker has given a partition to a member that never took it up) only they can act.
 #[derive(Debug, Clone)]
 pub struct BlindWatch {
     idle: WedgeWatch,
@@ -264,7 +262,7 @@ impl BlindWatch {
 }
 
 /// A client of `group`'s coordinator.
-fn coordinator(bootstrap: &str, group: &str) -> Result<RawClient, RawLogError> {
+pub(crate) fn coordinator(bootstrap: &str, group: &str) -> Result<RawClient, RawLogError> {
     let mut client = connect(bootstrap)?;
     let found: FindCoordinatorResponse = client.request(
         ApiKey::FindCoordinator,
@@ -282,134 +280,18 @@ fn coordinator(bootstrap: &str, group: &str) -> Result<RawClient, RawLogError> {
     RawClient::connect(&format!("{}:{}", found.host.as_str(), found.port))
 }
 
-/// What [`clear_phantom_leader`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeaderCheck {
-    /// The group has no leader, or its leader is one of its members: nothing to clear.
-    Member,
-    /// The group's leader was not one of its members; tidemark joined under its id so the broker
-    /// would drop it.
-    Cleared(String),
-}
-
-/// Whether `leader`, as a JoinGroup answer names it, is a phantom: not one of the group's
-/// `members` (as its description lists them) and not the probe that asked.
-pub fn is_phantom(leader: &str, members: &[String], probe: &str) -> bool {
-    !leader.is_empty() && leader != probe && !members.iter().any(|m| m == leader)
-}
-
-/// The consumer protocol's subscription to nothing (version 0, no topics, no user data): what a
-/// probe joins with.
-const EMPTY_SUBSCRIPTION: [u8; 10] = [0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff];
-
-/// Clears a phantom leader from `group`: a leader that is no longer a member, which a broker can
-/// keep after evicting it (the test broker, Tansu 0.6, does when a static member's heartbeat
-/// evicts the leader of a formed group: a dynamic member's heartbeat also clears the leader, a
-/// static one's does not; `tests/kafka_phantom_leader.rs` makes one). Every member then joins a generation whose leader never hands out
-/// assignments, and every SyncGroup answers REBALANCE_IN_PROGRESS for ever: the static-membership
-/// wedge of the chaos runs. Kafka itself elects a new leader instead.
-///
-/// 1. Describe the group (its members and protocol).
-/// 2. Join as a dynamic probe (twice: the first answer hands out a member id) and read the leader
-///    the answer names.
-/// 3. If that leader is a phantom ([`is_phantom`]), join under its id: the broker lists it as a
-///    member again, with a last contact of now.
-/// 4. Wait out the session timeout, then leave as the probe. The broker looks for missed
-///    heartbeats first: it evicts the phantom again, this time while the group is forming, where
-///    evicting the leader clears it, so the next member to join leads.
-///
-/// Only for a group that is already wedged: on a healthy group the probe's joins would start a
-/// rebalance.
-pub fn clear_phantom_leader(
-    bootstrap: &str,
-    group: &str,
-    session_timeout: std::time::Duration,
-) -> Result<LeaderCheck, RawLogError> {
-    let mut c = coordinator(bootstrap, group)?;
-    // A join can be held for the whole rebalance.
-    c.set_read_timeout(session_timeout * 2 + std::time::Duration::from_secs(30))?;
-    let gid = || GroupId(StrBytes::from_string(group.to_string()));
-    // 1.
-    let described: DescribeGroupsResponse = c.request(
-        ApiKey::DescribeGroups,
-        1,
-        &DescribeGroupsRequest::default().with_groups(vec![gid()]),
-    )?;
-    let Some(g) = described.groups.first() else {
-        return Ok(LeaderCheck::Member);
-    };
-    let members: Vec<String> = g.members.iter().map(|m| m.member_id.to_string()).collect();
-    // The group's protocol first when it names one; a forming group takes a join only in it.
-    let mut protocols: Vec<String> = vec![g.protocol_data.to_string()];
-    for p in ["cooperative-sticky", "range", "roundrobin"] {
-        if !protocols.iter().any(|q| q == p) {
-            protocols.push(p.to_string());
-        }
-    }
-    protocols.retain(|p| !p.is_empty());
-    let join = |c: &mut RawClient, member: &str| -> Result<JoinGroupResponse, RawLogError> {
-        c.request(
-            ApiKey::JoinGroup,
-            5,
-            &JoinGroupRequest::default()
-                .with_group_id(gid())
-                .with_session_timeout_ms(session_timeout.as_millis() as i32)
-                .with_rebalance_timeout_ms(session_timeout.as_millis() as i32)
-                .with_member_id(StrBytes::from_string(member.to_string()))
-                .with_protocol_type(StrBytes::from_static_str("consumer"))
-                .with_protocols(
-                    protocols
-                        .iter()
-                        .map(|p| {
-                            JoinGroupRequestProtocol::default()
-                                .with_name(StrBytes::from_string(p.clone()))
-                                .with_metadata(bytes::Bytes::from_static(&EMPTY_SUBSCRIPTION))
-                        })
-                        .collect(),
-                ),
-        )
-    };
-    // 2.
-    let first = join(&mut c, "")?;
-    let probe = first.member_id.to_string();
-    if probe.is_empty() {
-        return Ok(LeaderCheck::Member);
-    }
-    let answer = join(&mut c, &probe)?;
-    let leader = answer.leader.to_string();
-    let verdict = if answer.error_code == 0 && is_phantom(&leader, &members, &probe) {
-        // 3.
-        join(&mut c, &leader)?;
-        // 4.
-        std::thread::sleep(session_timeout + std::time::Duration::from_millis(500));
-        LeaderCheck::Cleared(leader)
-    } else {
-        LeaderCheck::Member
-    };
-    let _: LeaveGroupResponse = c.request(
-        ApiKey::LeaveGroup,
-        3,
-        &LeaveGroupRequest::default()
-            .with_group_id(gid())
-            .with_members(vec![MemberIdentity::default()
-                .with_member_id(StrBytes::from_string(probe))
-                .with_group_instance_id(None)]),
-    )?;
-    Ok(verdict)
-}
-
 /// Removes static members from `group` by their instance ids, as Kafka's admin
 /// `removeMembersFromConsumerGroup` does (KIP-345: a LeaveGroup, version 3, naming instance ids, to
 /// the group's coordinator). A static member does not leave when it stops; this is how its
-/// registration goes before it expires. Fails on a broker without LeaveGroup version 3. The test
-/// broker (Tansu 0.6) removes a leaving member by member id only and answers UNKNOWN_MEMBER_ID
-/// for an identity that names an instance id alone: there this removes nothing, and the
-/// registration lasts until its session lapses.
+/// registration goes before it expires. Fails on a broker without LeaveGroup version 3. A broker
+/// that removes a leaving member by member id only ([`super::quirks::LEAVE_BY_INSTANCE_ID_IGNORED`])
+/// answers UNKNOWN_MEMBER_ID here and removes nothing: the registration lasts until its session
+/// lapses. Returns how many members the broker says it removed.
 pub fn remove_static_members(
     bootstrap: &str,
     group: &str,
     instance_ids: &[&str],
-) -> Result<(), RawLogError> {
+) -> Result<usize, RawLogError> {
     let resp: LeaveGroupResponse = coordinator(bootstrap, group)?.request(
         ApiKey::LeaveGroup,
         3,
@@ -442,25 +324,12 @@ pub fn remove_static_members(
             what: format!("removing static members {instance_ids:?} from group {group}"),
         });
     }
-    Ok(())
+    Ok(resp.members.iter().filter(|m| m.error_code == 0).count())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_leader_is_a_phantom_only_when_no_member_and_not_the_probe() {
-        let members = vec!["m1-a".to_string(), "m2-b".to_string()];
-        assert!(is_phantom("m3-gone", &members, "probe"));
-        assert!(!is_phantom("m1-a", &members, "probe"));
-        assert!(
-            !is_phantom("probe", &members, "probe"),
-            "the probe leads: no phantom"
-        );
-        assert!(!is_phantom("", &members, "probe"), "no leader yet");
-        assert!(is_phantom("m1-a", &[], "probe"));
-    }
 
     /// The consumer protocol's encoding of an assignment, as a broker hands it over.
     fn encode(version: i16, topics: &[(&str, &[i32])], user_data: Option<&[u8]>) -> Vec<u8> {

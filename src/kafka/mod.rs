@@ -2,4 +2,5 @@
 
 pub mod assignor;
 pub mod group;
+pub mod quirks;
 pub mod raw_log;

@@ -435,8 +435,8 @@ enum Fate {
 ///
 /// A re-initialised producer (a new process with the same `transactional.id`) may write records
 /// of its new epoch *before* the marker of its old epoch's transaction: Kafka never lets that
-/// happen, but Tansu bumps the epoch as soon as the old transaction is prepared and writes that
-/// transaction's markers one partition after another. So a newer epoch's record settles
+/// happen, but a broker has ([`super::quirks::EPOCH_BUMP_BEFORE_MARKERS`]). So a newer epoch's
+/// record settles
 /// nothing: the older records wait for their own marker, or, if none ever comes, until their
 /// transaction is older than the transaction timeout ([`StreamResolver::abort_older_than`], and
 /// a restore's [`crate::state::changelog::OpenPolicy`]).
@@ -867,9 +867,9 @@ pub struct Tailer {
     behind: bool,
 }
 
-/// How long a fetch may wait when the last one left a partition behind. The test broker answers
-/// a fetch whose read takes longer than its wait with nothing at all, and reads of a backlog take
-/// longest: with a one-millisecond wait the second stage could starve for seconds behind a
+/// How long a fetch may wait when the last one left a partition behind. A broker may answer a
+/// fetch whose read takes longer than its wait with nothing at all
+/// ([`super::quirks::FETCH_ANSWERED_BEFORE_READ`]), and reads of a backlog take longest: with a one-millisecond wait the second stage could starve for seconds behind a
 /// backlog. The wait costs nothing while data is there (the broker answers as soon as it has
 /// some).
 const BEHIND_WAIT_MS: i32 = 50;
@@ -985,8 +985,8 @@ impl Tailer {
                 &wanted,
                 FetchLimits {
                     isolation: 0,
-                    // Some brokers answer a fetch that may not wait with nothing at all (Tansu):
-                    // wait at least a millisecond.
+                    // A fetch that may not wait may be answered with nothing at all
+                    // (quirks::FETCH_ANSWERED_BEFORE_READ): wait at least a millisecond.
                     max_wait_ms: max_wait_ms.max(1),
                     min_bytes: 1,
                     max_bytes: 16 << 20,
@@ -1073,7 +1073,7 @@ impl Tailer {
 
 /// Says whether partitions of a topic hold a data record at or after a given offset, from the raw
 /// log, in one fetch per leader: whether an input is caught up, judged from the log itself rather
-/// than from a high watermark some brokers misreport (Tansu, after non-transactional batches).
+/// than from a high watermark a broker may misreport ([`super::quirks::HIGH_WATERMARK_AFTER_BATCH`]).
 /// Control records (transaction markers) do not count.
 pub struct Peeker {
     bootstrap: RawClient,
@@ -1166,9 +1166,10 @@ impl Peeker {
                                     }
                                 }
                             }
-                            // A broker may answer before it has read the log (the test broker
-                            // does, under load): offsets below the high watermark that the answer
-                            // did not show may hold data, so they count as data.
+                            // A broker may answer before it has read the log
+                            // (quirks::FETCH_ANSWERED_BEFORE_READ): offsets below the high
+                            // watermark that the answer did not show may hold data, so they count
+                            // as data.
                             data || seen < fp.high_watermark
                         }
                         // Before the log's start: data unless the log is empty.
@@ -1233,8 +1234,9 @@ impl PartitionTail {
 
     /// Every data record from `from` to the end of the log, and the offset after the last record
     /// (control records included). An answer that brings nothing while the high watermark lies
-    /// further on is asked again (a broker may answer before it has read its log, the test broker
-    /// does under load); the read fails rather than stop short of the end.
+    /// further on is asked again (a broker may answer before it has read its log,
+    /// [`super::quirks::FETCH_ANSWERED_BEFORE_READ`]); the read fails rather than stop short of
+    /// the end.
     pub fn read_from(&mut self, from: i64) -> Result<(Vec<RawRecord>, i64), RawLogError> {
         let result = self.read_inner(from);
         if result.is_err() {
@@ -1264,8 +1266,8 @@ impl PartitionTail {
         let mut offset = from;
         let mut short = 0;
         loop {
-            // A fetch that may not wait at all gets nothing from the test broker, not even its
-            // high watermark: this one may wait 1 ms for one byte.
+            // A fetch that may not wait at all may get nothing, not even the high watermark
+            // (quirks::FETCH_ANSWERED_BEFORE_READ): this one may wait 1 ms for one byte.
             let req = fetch_request(
                 topic,
                 &[(partition, offset)],
@@ -1494,8 +1496,9 @@ pub(crate) mod tests {
 
     #[test]
     fn a_re_initialised_producers_old_transaction_waits_for_its_own_marker() {
-        // Tansu bumps the epoch once the old transaction is prepared and writes its markers
-        // partition by partition, so the restarted process (epoch 1) can write b@1 before epoch
+        // quirks::EPOCH_BUMP_BEFORE_MARKERS: the epoch is bumped once the old transaction is
+        // prepared and its markers land partition by partition, so the restarted process (epoch
+        // 1) can write b@1 before epoch
         // 0's COMMIT lands @3: a is committed by it, and comes out first, in log order.
         let (out, aborted, open, _) = run(vec![
             at_epoch(0, 0, None, "a"),

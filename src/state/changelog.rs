@@ -11,10 +11,11 @@
 //!
 //! **The log is the only truth.** The committed input offset of a partition is the highest stamp
 //! of a record of a COMMITTED transaction in its changelog partition, with transactions resolved
-//! from the COMMIT/ABORT markers in the raw log ([`crate::kafka::raw_log::stream_partition`]). Neither the
-//! broker's `read_committed` filtering (Tansu serves aborted records) nor the consumer group's
-//! committed offset (Tansu applies transactional offsets late and out of order) is trusted; the
-//! group offset is only compared with it.
+//! from the COMMIT/ABORT markers in the raw log ([`crate::kafka::raw_log::stream_partition`]).
+//! Neither the broker's `read_committed` filtering
+//! ([`crate::kafka::quirks::ABORTED_RECORDS_SERVED`]) nor the consumer group's committed offset
+//! ([`crate::kafka::quirks::GROUP_OFFSETS_LATE`]) is trusted; the group offset is only compared
+//! with it.
 //!
 //! **Restore rule.** A restore applies, in log order with the last write winning, every state
 //! record of a committed transaction, and takes the highest committed stamp as the committed input
@@ -737,7 +738,7 @@ mod tests {
 
     #[test]
     fn a_stale_group_offset_never_wins_over_the_log() {
-        // The group says 0 (the test broker applies transactional offsets late); the log has a
+        // The group says 0 (quirks::GROUP_OFFSETS_LATE); the log has a
         // committed transaction up to 40, an aborted one up to 90 and an open one up to 120.
         let m = Some(OFFSET_MARKER_KEY);
         let group_offset = Some(Some(0));
