@@ -170,6 +170,7 @@ impl Core {
             self.producer.commit_transaction(timeout)
         })?;
         self.counters.committed += 1;
+        self.counters.aborts_in_a_row = 0;
         Ok(())
     }
 
@@ -320,9 +321,25 @@ impl Core {
         match self.commit_cycle(consumer) {
             Ok(()) => Ok(()),
             Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
-            Err(CycleError::Abortable(m)) => self.abort_and_rewind(consumer, &m),
+            Err(CycleError::Abortable(m)) => {
+                self.abort_and_rewind(consumer, &m)?;
+                self.counters.aborts_in_a_row = self.counters.aborts_in_a_row.saturating_add(1);
+                std::thread::sleep(abort_pause(self.counters.aborts_in_a_row));
+                Ok(())
+            }
             Err(CycleError::Superseded(lost)) => self.give_up(consumer, lost),
         }
+    }
+}
+
+/// How long to wait after the `n`th abort in a row before the next cycle: nothing after the
+/// first (a lost race is retried at once), then 10 ms doubling to at most a second, so a member
+/// whose broker is gone neither spins nor floods its log, and resumes within a second of its
+/// return.
+fn abort_pause(n: u32) -> Duration {
+    match n {
+        0 | 1 => Duration::ZERO,
+        n => Duration::from_millis(10u64 << (n - 2).min(7)).min(Duration::from_secs(1)),
     }
 }
 
@@ -364,5 +381,20 @@ pub(super) fn settle<C: ConsumerContext>(
         Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
         Err(CycleError::Abortable(m)) => c.abort_and_rewind(consumer, &m),
         Err(CycleError::Superseded(lost)) => c.give_up(consumer, lost),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::abort_pause;
+    use std::time::Duration;
+
+    #[test]
+    fn repeated_aborts_back_off_to_a_second() {
+        let pauses: Vec<u64> = (1..=10)
+            .map(|n| abort_pause(n).as_millis() as u64)
+            .collect();
+        assert_eq!(pauses, [0, 10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+        assert_eq!(abort_pause(u32::MAX), Duration::from_secs(1));
     }
 }

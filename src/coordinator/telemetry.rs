@@ -114,6 +114,9 @@ pub(super) struct Counters {
     pub(super) committed: u64,
     /// Transactions aborted.
     pub(super) aborted: u64,
+    /// Transactions aborted since the last commit: repeated aborts back off
+    /// (`cycle::abort_pause`).
+    pub(super) aborts_in_a_row: u32,
     /// Panes produced (into transactions that committed or not).
     pub(super) panes: u64,
     /// Dead letters produced (likewise).

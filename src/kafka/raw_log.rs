@@ -708,6 +708,37 @@ impl Leaders {
     }
 }
 
+/// The connection to the first bootstrap server, opened again after an error: a broker that
+/// restarted closed the old one, and a reader that kept it would fail for ever.
+struct Bootstrap {
+    addr: String,
+    client: Option<RawClient>,
+}
+
+impl Bootstrap {
+    /// Connects at once, so that a wrong address fails where the reader is made.
+    fn connect(bootstrap: &str) -> Result<Bootstrap, RawLogError> {
+        Ok(Bootstrap {
+            addr: bootstrap.to_string(),
+            client: Some(connect(bootstrap)?),
+        })
+    }
+
+    /// The topic's partitions and their leaders' addresses; on an error the connection is
+    /// dropped and opened afresh next time.
+    fn leaders(&mut self, topic: &str) -> Result<BTreeMap<i32, String>, RawLogError> {
+        let client = match &mut self.client {
+            Some(c) => c,
+            None => self.client.insert(connect(&self.addr)?),
+        };
+        let result = leaders(client, topic);
+        if result.is_err() {
+            self.client = None;
+        }
+        result
+    }
+}
+
 /// A connection to the leader of partition `partition` of `topic`.
 fn leader_of(bootstrap: &str, topic: &str, partition: i32) -> Result<RawClient, RawLogError> {
     let mut client = connect(bootstrap)?;
@@ -753,7 +784,7 @@ pub fn stream_partition<E: From<RawLogError>>(
 /// partition leader) from one read to the next, for readers that poll.
 pub struct TopicReader {
     topic: String,
-    bootstrap: RawClient,
+    bootstrap: Bootstrap,
     conns: Leaders,
 }
 
@@ -762,7 +793,7 @@ impl TopicReader {
     pub fn connect(bootstrap: &str, topic: &str) -> Result<TopicReader, RawLogError> {
         Ok(TopicReader {
             topic: topic.to_string(),
-            bootstrap: connect(bootstrap)?,
+            bootstrap: Bootstrap::connect(bootstrap)?,
             conns: Leaders {
                 clients: HashMap::new(),
             },
@@ -771,7 +802,7 @@ impl TopicReader {
 
     /// The topic's partitions and their leaders' addresses, asked afresh (leaders move).
     fn leaders(&mut self) -> Result<BTreeMap<i32, String>, RawLogError> {
-        leaders(&mut self.bootstrap, &self.topic)
+        self.bootstrap.leaders(&self.topic)
     }
 
     /// Reads every partition from `from(partition)` to its end and resolves its transactions.
@@ -800,8 +831,17 @@ impl TopicReader {
         let mut out = BTreeMap::new();
         for (p, addr) in self.leaders()? {
             if wanted(p) {
-                let client = self.conns.get(&addr)?;
-                out.insert(p, resolve(client, &self.topic, p, from(p))?);
+                let read = self
+                    .conns
+                    .get(&addr)
+                    .and_then(|client| resolve(client, &self.topic, p, from(p)));
+                match read {
+                    Ok(log) => out.insert(p, log),
+                    Err(e) => {
+                        self.conns.clients.remove(&addr);
+                        return Err(e);
+                    }
+                };
             }
         }
         Ok(out)
@@ -854,7 +894,7 @@ impl Follow {
 /// stall a partition for ever.
 pub struct Tailer {
     topic: String,
-    bootstrap: RawClient,
+    bootstrap: Bootstrap,
     conns: Leaders,
     /// Leader address per partition, asked afresh after an error.
     leaders: BTreeMap<i32, String>,
@@ -903,7 +943,7 @@ impl Tailer {
     ) -> Result<Tailer, RawLogError> {
         Ok(Tailer {
             topic: topic.to_string(),
-            bootstrap: connect(bootstrap)?,
+            bootstrap: Bootstrap::connect(bootstrap)?,
             conns: Leaders {
                 clients: HashMap::new(),
             },
@@ -955,7 +995,7 @@ impl Tailer {
             return Ok(0);
         }
         if self.parts.keys().any(|p| !self.leaders.contains_key(p)) {
-            self.leaders = leaders(&mut self.bootstrap, &self.topic)?;
+            self.leaders = self.bootstrap.leaders(&self.topic)?;
         }
         let mut by_leader: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
         for (&p, part) in &self.parts {
@@ -1076,7 +1116,7 @@ impl Tailer {
 /// than from a high watermark a broker may misreport ([`super::quirks::HIGH_WATERMARK_AFTER_BATCH`]).
 /// Control records (transaction markers) do not count.
 pub struct Peeker {
-    bootstrap: RawClient,
+    bootstrap: Bootstrap,
     conns: Leaders,
     /// Leaders per topic, asked on first use and again after an error.
     leaders: HashMap<String, BTreeMap<i32, String>>,
@@ -1092,7 +1132,7 @@ impl Peeker {
     /// Connects to the first bootstrap server.
     pub fn connect(bootstrap: &str) -> Result<Peeker, RawLogError> {
         Ok(Peeker {
-            bootstrap: connect(bootstrap)?,
+            bootstrap: Bootstrap::connect(bootstrap)?,
             conns: Leaders {
                 clients: HashMap::new(),
             },
@@ -1110,7 +1150,7 @@ impl Peeker {
         wanted: &[(i32, i64)],
     ) -> Result<BTreeMap<i32, bool>, RawLogError> {
         if !self.leaders.contains_key(topic) {
-            let l = leaders(&mut self.bootstrap, topic)?;
+            let l = self.bootstrap.leaders(topic)?;
             self.leaders.insert(topic.to_string(), l);
         }
         let mut by_leader: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
@@ -1197,7 +1237,7 @@ impl Peeker {
 pub struct PartitionTail {
     topic: String,
     partition: i32,
-    bootstrap: RawClient,
+    bootstrap: Bootstrap,
     conns: Leaders,
     leader: Option<String>,
 }
@@ -1224,7 +1264,7 @@ impl PartitionTail {
         Ok(PartitionTail {
             topic: topic.to_string(),
             partition,
-            bootstrap: connect(bootstrap)?,
+            bootstrap: Bootstrap::connect(bootstrap)?,
             conns: Leaders {
                 clients: HashMap::new(),
             },
@@ -1249,7 +1289,7 @@ impl PartitionTail {
         let addr = match &self.leader {
             Some(a) => a.clone(),
             None => {
-                let l = leaders(&mut self.bootstrap, &self.topic)?;
+                let l = self.bootstrap.leaders(&self.topic)?;
                 let a = l
                     .get(&self.partition)
                     .cloned()
