@@ -28,6 +28,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// tidemark: event-time windows over Kafka, exactly once.
 #[derive(Debug, Parser)]
@@ -107,7 +108,15 @@ fn load_config(path: &Path) -> anyhow::Result<config::PipelineSpec> {
     }
 }
 
-/// A flag set when SIGTERM or SIGINT arrives (watched on a thread of its own).
+/// How long a command told to stop may take to finish its work (a member commits its open
+/// transaction and leaves the group) before the process exits without it. A member that exits
+/// there is like one killed: its open transaction is aborted by the broker or fenced by the next
+/// member, and nothing is lost or committed twice. What delays a stop is a broker that is gone:
+/// librdkafka waits out its timeouts for the deliveries, the commit and the abort.
+pub const STOP_BOUND: Duration = Duration::from_secs(10);
+
+/// A flag set when SIGTERM or SIGINT arrives (watched on a thread of its own). The process exits
+/// with status 1 if it is still running [`STOP_BOUND`] later, or at once on a second signal.
 fn stop_on_signal() -> Arc<AtomicBool> {
     let shutdown = Arc::new(AtomicBool::new(false));
     let flag = shutdown.clone();
@@ -130,6 +139,22 @@ fn stop_on_signal() -> Arc<AtomicBool> {
             }
             tracing::info!("signal received: stopping");
             flag.store(true, Ordering::Relaxed);
+            let second = async {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {},
+                    _ = term.recv() => {},
+                }
+            };
+            let why = tokio::select! {
+                _ = second => "a second signal",
+                _ = tokio::time::sleep(STOP_BOUND) => "the stop took longer than its bound",
+            };
+            tracing::error!(
+                bound_s = STOP_BOUND.as_secs(),
+                "{why}: exiting without finishing (an open transaction is aborted by the broker \
+                 or fenced by the next member)"
+            );
+            std::process::exit(1);
         });
     });
     shutdown
