@@ -56,7 +56,7 @@ pub struct Broker {
     pub kind: BrokerKind,
     port: u16,
     /// noida-db's data directory, kept across restarts.
-    data: Option<tempfile::TempDir>,
+    pub data: Option<tempfile::TempDir>,
 }
 
 /// Where the broker's output goes: the file `TIDEMARK_BROKER_LOG` names, or nowhere.
@@ -618,8 +618,20 @@ pub fn assert_exactly_once(broker: &str, s: &Scenario) {
     assert!(report.gaps.is_empty(), "gaps: {:?}", report.gaps);
     let mut got = committed_values(broker, "panes");
     got.sort();
-    assert_eq!(got.len(), s.expected.len(), "committed panes vs simulate");
-    assert_eq!(got, s.expected);
+    if got != s.expected {
+        let missing: Vec<_> = s.expected.iter().filter(|p| !got.contains(p)).collect();
+        let extra: Vec<_> = got.iter().filter(|p| !s.expected.contains(p)).collect();
+        panic!(
+            "committed panes differ from simulate's: {} committed, {} expected; {} missing, \
+             for example {:?}; {} not expected, for example {:?}",
+            got.len(),
+            s.expected.len(),
+            missing.len(),
+            missing.iter().take(3).collect::<Vec<_>>(),
+            extra.len(),
+            extra.iter().take(3).collect::<Vec<_>>()
+        );
+    }
     assert_eq!(
         committed_values(broker, "dead").len(),
         s.expected_dead,

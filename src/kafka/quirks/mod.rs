@@ -234,6 +234,27 @@ pub const COOPERATIVE_FOLLOW_UP_INCOMPLETE: Quirk = Quirk {
     ],
 };
 
+/// Acknowledged writes are lost when the broker is killed.
+pub const ACKED_WRITES_LOST_ON_KILL: Quirk = Quirk {
+    name: "acknowledged writes lost on kill",
+    behaviour: "The broker acknowledges produced records and committed transactions before they \
+                are on disk, and writes its whole log to disk about once a second: a SIGKILL \
+                loses what was acknowledged since (all 5,100 records, killed right after their \
+                acknowledgement), and the broker comes back at that earlier point, input, \
+                output and group offsets alike. A SIGTERM writes everything first.",
+    seen_on: &[("noida", "0.2.3")],
+    remedy: "None possible in a client: no protocol answer says a write is durable. tidemark \
+             follows the rollback where it can see it (local state whose changelog position \
+             lies past the log's end is rebuilt from the log, state::changelog; its raw-log \
+             readers reconnect), but the lost input is gone. The exactly-once test bounces \
+             that broker with SIGTERM; the SIGKILL test judges no pane twice, no gap, and the \
+             windows after the kill.",
+    shown_by: &[
+        "kafka_broker_kill::whether_the_broker_keeps_what_it_acknowledged_across_a_sigkill",
+        "kafka_broker_kill::a_pipeline_whose_broker_is_killed_commits_no_pane_twice_and_goes_on",
+    ],
+};
+
 /// Every quirk above.
 pub const ALL: &[Quirk] = &[
     ABORTED_RECORDS_SERVED,
@@ -249,6 +270,7 @@ pub const ALL: &[Quirk] = &[
     EPOCH_BUMP_BEFORE_MARKERS,
     GROUP_KEEPS_ITS_PROTOCOL,
     COOPERATIVE_FOLLOW_UP_INCOMPLETE,
+    ACKED_WRITES_LOST_ON_KILL,
 ];
 
 #[cfg(test)]
