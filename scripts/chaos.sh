@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The chaos tests at full strength: three members of one group on a local Tansu broker, live
+# The chaos tests at full strength: three members of one group on a local broker, live
 # input with late and malformed records, 24 SIGKILLs of random members 1-4 s apart, restarts
 # alternating between kept and empty state directories; then a judge reads the output, the
 # dead letters and every internal topic from the raw log. Two pipelines:
@@ -11,6 +11,10 @@
 #   scripts/chaos.sh 10 kafka_chaos_hop  # ten runs of the hop only
 #   TIDEMARK_CHAOS_KILLS=30 TIDEMARK_CHAOS_RECORDS=80000 TIDEMARK_CHAOS_SEED=123 scripts/chaos.sh
 #   TIDEMARK_CHAOS_STATIC=1 scripts/chaos.sh     # members with static membership
+#   TIDEMARK_TEST_BROKER=noida scripts/chaos.sh 10  # on noida-db (default: tansu)
+#
+# Each run's broker log is written to $CHAOS_LOGS (default $CARGO_TARGET_DIR/chaos-logs) and kept only
+# when the run fails, beside the member logs and raw-log dumps the test itself keeps.
 #
 # CI runs the same tests with their short defaults (8 kills, 20,000 records) through
 # scripts/test.sh.
@@ -25,14 +29,22 @@ tests=("$@")
 export TIDEMARK_CHAOS_KILLS="${TIDEMARK_CHAOS_KILLS:-24}"
 export TIDEMARK_CHAOS_RECORDS="${TIDEMARK_CHAOS_RECORDS:-60000}"
 cargo build --release --quiet --tests
+logs="${CHAOS_LOGS:-$CARGO_TARGET_DIR/chaos-logs}"
+mkdir -p "$logs"
+echo "chaos.sh: broker ${TIDEMARK_TEST_BROKER:-tansu}, commit $(git rev-parse --short HEAD), $(date -u +%FT%TZ)"
 passed=0
 total=0
 for i in $(seq 1 "$runs"); do
   for t in "${tests[@]}"; do
     total=$((total + 1))
     out=$(mktemp)
-    if cargo test --release --quiet --test "$t" -- --nocapture >"$out" 2>&1; then
+    blog="$logs/$(date +%s)-$t-$i-broker.log"
+    if TIDEMARK_BROKER_LOG="$blog" cargo test --release --quiet --test "$t" -- --nocapture >"$out" 2>&1; then
       passed=$((passed + 1))
+      rm -f "$blog"
+    else
+      cp "$out" "${blog%-broker.log}-test.log"
+      echo "chaos.sh: run $i of $t failed; broker and test logs kept in $logs"
     fi
     if ! grep -E '^chaos(-hop)?:' "$out"; then
       echo "chaos.sh: run $i of $t printed no summary; its last lines:"
