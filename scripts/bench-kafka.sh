@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Kafka benchmark (see benches/kafka_bench.py): tidemark vs a transactional passthrough from the
 # same code, on one local broker and the same data; prints records/s, CPU, peak RSS and pane
-# latency. Not a test: figures go into the README.
+# latency. Not a test: figures go into docs/performance.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark (see benches/peers.py): tidemark and Quix Streams (installed from PyPI
 # into its own venv on first use) on one local broker, the same data and the same job; prints
-# records/s, CPU per record and a check that both outputs agree. Not a test: figures go into the
-# README.
+# records/s, CPU per record and a check that both outputs agree. Not a test: figures go into
+# docs/performance.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh

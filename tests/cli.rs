@@ -205,17 +205,17 @@ fn dataflow_example(pipeline: &str) -> (Vec<(String, u64, f64)>, usize) {
     (panes, dead.lines().count())
 }
 
-/// The README's Dataflow section shows both example pipelines as they are, and the panes they
-/// give: corrections every 10 late orders and a last one at expiry; counters that fire early by
+/// The pipeline reference's Dataflow section shows both example pipelines as they are, and the
+/// panes they give: corrections every 10 late orders and a last one at expiry; counters that fire early by
 /// the clock and once more when the input ends.
 #[test]
-fn the_dataflow_examples_run_as_the_readme_says() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+fn the_dataflow_examples_run_as_the_pipeline_reference_says() {
+    let doc = std::fs::read_to_string(root().join("docs/pipeline.md")).unwrap();
     for file in ["corrections.toml", "counters.toml"] {
         let text = std::fs::read_to_string(root().join("examples/dataflow").join(file)).unwrap();
         assert!(
-            readme.contains(&text),
-            "README does not show examples/dataflow/{file} as it is"
+            doc.contains(&text),
+            "docs/pipeline.md does not show examples/dataflow/{file} as it is"
         );
     }
     let p = |t: &str, n: u64, r: f64| (t.to_string(), n, r);
