@@ -16,14 +16,19 @@ cargo clippy --release --all-targets -- -D warnings
 echo "== cargo test (release; Kafka tests on Tansu)"
 TIDEMARK_TEST_BROKER=tansu cargo test --release "$@"
 # Every Kafka test binary but two: kafka_phantom_leader makes one broker's group fault on purpose
-# (it names Tansu's in kafka::quirks), and kafka_faults runs on librdkafka's mock cluster.
+# (it names Tansu's in kafka::quirks), and kafka_faults runs on librdkafka's mock cluster. noida-db
+# never evicts a member that was killed (kafka::quirks::DEAD_MEMBERS_NOT_EVICTED), so the tests
+# that kill members run there with membership from the log, as a user of that broker would.
 noida_tests=()
+killing=(--test kafka_chaos --test kafka_chaos_hop --test kafka_crash --test kafka_postgres)
 for f in tests/kafka_*.rs; do
   t=$(basename "$f" .rs)
   case "$t" in
-    kafka_phantom_leader | kafka_faults) ;;
+    kafka_phantom_leader | kafka_faults | kafka_chaos | kafka_chaos_hop | kafka_crash | kafka_postgres) ;;
     *) noida_tests+=(--test "$t") ;;
   esac
 done
 echo "== cargo test (release; Kafka tests on noida-db)"
 TIDEMARK_TEST_BROKER=noida cargo test --release "${noida_tests[@]}" "$@"
+echo "== cargo test (release; Kafka tests that kill members, on noida-db, membership from the log)"
+TIDEMARK_TEST_BROKER=noida TIDEMARK__KAFKA__MEMBERSHIP=log cargo test --release "${killing[@]}" "$@"

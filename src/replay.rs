@@ -240,6 +240,29 @@ fn group_members(consumer: &BaseConsumer, group: &str) -> Result<Vec<String>, Re
         .collect())
 }
 
+/// With membership from the log: the processes the claims topic shows live (heard from within
+/// the session timeout, and not gone since).
+fn log_members(k: &KafkaSpec) -> Result<Vec<String>, ReplayError> {
+    let log = crate::kafka::raw_log::read_partition(&k.bootstrap_servers, &k.claims_topic, 0, 0)
+        .map_err(|e| ReplayError::Kafka(format!("reading {}: {e}", k.claims_topic)))?;
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let records = log.committed.iter().map(|r| {
+        (
+            r.key.as_deref().unwrap_or_default(),
+            r.value.as_deref().unwrap_or_default(),
+            r.timestamp,
+        )
+    });
+    let session = crate::kafka::roster::session(&k.properties);
+    Ok(crate::kafka::roster::Liveness::from_records(records, wall)
+        .live(std::time::Instant::now(), session)
+        .into_iter()
+        .map(|t| format!("  process {t} (membership from the log)"))
+        .collect())
+}
+
 /// When stopped members of a pipeline with these settings leave its group.
 fn why_members_stay(k: &KafkaSpec) -> String {
     let session = k
@@ -267,7 +290,11 @@ fn check_group_is_empty(
     let started = std::time::Instant::now();
     let mut said: Option<Vec<String>> = None;
     loop {
-        let members = group_members(consumer, group)?;
+        let members = if k.log_membership {
+            log_members(k)?
+        } else {
+            group_members(consumer, group)?
+        };
         if members.is_empty() {
             return Ok(());
         }

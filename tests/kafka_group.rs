@@ -78,39 +78,46 @@ fn a_fenced_member_exits_non_zero_and_nothing_is_duplicated() {
 
 #[test]
 fn members_join_leave_and_die_without_loss_or_duplicates_with_range() {
-    join_leave_and_die("range");
+    join_leave_and_die("range", false);
 }
 
 #[test]
 fn members_join_leave_and_die_without_loss_or_duplicates_with_roundrobin() {
-    join_leave_and_die("roundrobin");
+    join_leave_and_die("roundrobin", false);
 }
 
 #[test]
 fn members_join_leave_and_die_without_loss_or_duplicates_with_cooperative_sticky() {
-    join_leave_and_die("cooperative-sticky");
+    join_leave_and_die("cooperative-sticky", false);
+}
+
+#[test]
+fn members_sharing_partitions_through_the_log_join_leave_and_die_without_loss_or_duplicates() {
+    join_leave_and_die("range", true);
 }
 
 /// Members using the assignor `strategy` join, leave and die while input flows; every pane and
 /// dead letter is committed exactly once, and the group makes progress throughout (on a broker
 /// where a cooperative rebalance does not complete, the group falls back to the eager protocol).
-fn join_leave_and_die(strategy: &str) {
+/// With `log`, the members share the partitions through the log (`kafka.membership = "log"`)
+/// instead of the broker's consumer group.
+fn join_leave_and_die(strategy: &str, log: bool) {
     let broker = Broker::start();
     broker.create_topic("events", 3);
     let s = Scenario::generate(3, 8_000, 23);
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str| {
         let p = dir.path().join(format!("{name}.toml"));
-        std::fs::write(
-            &p,
-            dynamic(pipeline(
-                &broker.addr,
-                &dir.path().join(name),
-                Some(name),
-                &format!("\"partition.assignment.strategy\" = \"{strategy}\""),
-            )),
-        )
-        .unwrap();
+        let mut text = dynamic(pipeline(
+            &broker.addr,
+            &dir.path().join(name),
+            Some(name),
+            &format!("\"partition.assignment.strategy\" = \"{strategy}\""),
+        ));
+        if log {
+            text = text.replace("[kafka]\n", "[kafka]\nmembership = \"log\"\n");
+        }
+        std::fs::write(&p, text).unwrap();
         p
     };
     let producer = s.produce(&broker.addr, 100, Duration::from_millis(150));

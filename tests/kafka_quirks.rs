@@ -398,3 +398,38 @@ fn the_fixture_knows_every_broker_of_the_catalogue() {
         assert_eq!(kind.name(), *name);
     }
 }
+
+#[test]
+fn a_member_that_dies_is_evicted_after_its_session_or_not() {
+    // A member of a formed group goes silent without leaving (as under SIGKILL; its session is
+    // 10 s): Apache Kafka evicts it when its session lapses and gives its partitions to the
+    // member that is left.
+    let broker = Broker::start();
+    broker.create_topic("t", 4);
+    let a = consumer(&broker, "g", &[]);
+    a.subscribe(&["t"]).unwrap();
+    assert!(
+        poll_until(&a, 30, |c| c.assignment().unwrap().count() == 4),
+        "a lone member is assigned every partition"
+    );
+    let rogue = common::rogue::Rogue::keeping(&broker.addr, "g", &["t"], 4, &[0]);
+    assert!(
+        poll_until(&a, 40, |c| {
+            let n = c.assignment().unwrap().count();
+            n > 0 && n < 4
+        }),
+        "the second member joins and takes a share"
+    );
+    rogue.die();
+    let died = Instant::now();
+    let evicted = poll_until(&a, 40, |c| c.assignment().unwrap().count() == 4);
+    eprintln!(
+        "the dead member's partitions reached the live one: {evicted} ({:?} after it died)",
+        died.elapsed()
+    );
+    assert_eq!(
+        !evicted,
+        expected(&broker, &quirks::DEAD_MEMBERS_NOT_EVICTED),
+        "whether a dead member is never evicted"
+    );
+}

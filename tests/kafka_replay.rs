@@ -468,3 +468,33 @@ fn a_killed_replay_leaves_the_old_position_and_definitions_are_guarded() {
     run_until(&broker.addr, &changed_cfg, 1, expected.len());
     assert_eq!(panes_of_epoch(&broker.addr, 1), expected);
 }
+
+#[test]
+fn with_membership_from_the_log_a_replay_is_refused_while_a_member_heartbeats() {
+    let broker = Broker::start();
+    broker.create_topic("events", PARTITIONS);
+    let s = Scenario::generate(PARTITIONS, 1_000, 27);
+    s.produce(&broker.addr, 500, Duration::ZERO).join().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dynamic(pipeline(
+        &broker.addr,
+        &dir.path().join("state"),
+        Some("m1"),
+        "",
+    ))
+    .replace("[kafka]\n", "[kafka]\nmembership = \"log\"\n");
+    let cfg = write_config(dir.path(), "p", config);
+    let member = start_member(&cfg);
+    assert!(wait_for(&broker.addr, "panes", 1, 60) > 0, "no pane");
+    let o = replay(&cfg, &["--to-earliest", "--dry-run"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("(membership from the log)"),
+        "the refusal names the live process: {}",
+        text(&o)
+    );
+    // A member that stops says so in the claims topic: the replay may go on at once.
+    assert!(stop_member(member).success());
+    let o = replay(&cfg, &["--to-earliest", "--dry-run"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}

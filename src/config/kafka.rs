@@ -150,6 +150,18 @@ impl RawConfig {
                 "needs kafka.instance_id (the group.instance.id must be stable across restarts)",
             );
         }
+        match k.membership.as_deref() {
+            None | Some("group") => {}
+            Some("log") if k.static_membership == Some(true) => c.fail(
+                "kafka.static_membership",
+                "is a consumer-group setting: it cannot be used with membership = \"log\"",
+            ),
+            Some("log") => {}
+            Some(other) => c.fail(
+                "kafka.membership",
+                format!("{other:?} is not \"group\" or \"log\""),
+            ),
+        }
         if let Some(strategy) = k.properties.get("partition.assignment.strategy") {
             if let Err(e) = crate::kafka::assignor::protocol_of(strategy) {
                 c.fail(
@@ -208,6 +220,7 @@ impl RawConfig {
         Some(KafkaSpec {
             bootstrap_servers: k.bootstrap_servers.clone(),
             static_membership: k.static_membership.unwrap_or(false),
+            log_membership: k.membership.as_deref() == Some("log"),
             instance_id,
             input_topics: inputs,
             repartition,

@@ -154,6 +154,11 @@ pub struct RawKafka {
     /// brokers that implement static membership (KIP-345) fully.
     #[serde(default)]
     pub static_membership: Option<bool>,
+    /// How members share the partitions: `"group"` (default: the broker's consumer group) or
+    /// `"log"` (heartbeats and claims in the claims topic; for brokers whose group coordinator
+    /// cannot be relied on).
+    #[serde(default)]
+    pub membership: Option<String>,
     /// The input topic (the one-topic form of `input_topics`).
     #[serde(default)]
     pub input_topic: Option<String>,
@@ -230,6 +235,9 @@ pub struct KafkaSpec {
     /// rebalance). Off by default: static members have wedged a group after rapid restarts
     /// ([`crate::kafka::quirks::STATIC_PHANTOM_LEADER`]).
     pub static_membership: bool,
+    /// Whether members share the partitions through the log instead of the broker's consumer
+    /// group (`kafka.membership = "log"`, see `coordinator::roster`).
+    pub log_membership: bool,
     /// Input topics, sorted (a record's source topic travels through the hop as its index here).
     pub input_topics: Vec<String>,
     /// Whether records go through the repartition hop; `false`: the input is partitioned by the

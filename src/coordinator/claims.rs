@@ -295,6 +295,14 @@ impl Core {
         }
     }
 
+    /// The token this process's claims carry (empty when claims are not checked).
+    pub(super) fn claims_token(&self) -> String {
+        self.claims
+            .as_ref()
+            .map(|c| c.book.token.clone())
+            .unwrap_or_default()
+    }
+
     /// Whether the claims topic says the group moved to the eager rebalance protocol.
     pub(super) fn group_is_eager(&self) -> bool {
         self.claims.as_ref().is_some_and(|c| c.book.eager())

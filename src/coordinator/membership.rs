@@ -6,6 +6,7 @@
 
 use super::errors::RunError;
 use super::rebalance::{self, RebalanceContext, Rejoin, Why};
+use super::roster::Roster;
 use super::scaling::Idle;
 use super::watchdog::Watchdog;
 use super::Core;
@@ -44,6 +45,9 @@ pub(super) struct Membership {
     /// Set when the broker refused the eager protocol for longer than the bound: this process
     /// stays with the cooperative one.
     pinned: bool,
+    /// With membership from the log: the roster the consumer's manual assignment follows
+    /// (the consumer then joins no group).
+    roster: Option<Roster>,
 }
 
 /// What a member that gave up the cooperative protocol remembers.
@@ -74,7 +78,17 @@ impl Membership {
             settings.set("partition.assignment.strategy", assignor::EAGER_FALLBACK);
             protocol = Protocol::Eager;
         }
-        let (consumer, idle) = subscribed(&core, k, input_partitions, &settings, &topics)?;
+        let (consumer, idle) = if k.log_membership {
+            unsubscribed(&core, k, input_partitions, &settings)?
+        } else {
+            subscribed(&core, k, input_partitions, &settings, &topics)?
+        };
+        let roster = if k.log_membership {
+            let token = core.lock().expect("lock").claims_token();
+            Some(Roster::start(k, token, partitions_of(&consumer, &topics)?)?)
+        } else {
+            None
+        };
         Ok(Membership {
             consumer,
             idle,
@@ -87,6 +101,7 @@ impl Membership {
             last_look: Instant::now(),
             fell_back: None,
             pinned: false,
+            roster,
         })
     }
 
@@ -107,6 +122,16 @@ impl Membership {
     /// Rejoins when the group watchdog asks for it (the group is wedged), or when the core found
     /// partitions of this member's claimed by another member.
     pub(super) fn rejoin_if_asked(&mut self, watchdog: Option<&Watchdog>) -> Result<(), RunError> {
+        if let Some(roster) = self.roster.as_mut() {
+            // Membership from the log: partitions claimed by another member were dropped
+            // already, and the next look follows the claim.
+            let mut core = self.core.lock().expect("lock");
+            core.superseded = false;
+            return match roster.tick() {
+                Some(want) => core.follow(&self.consumer, &want),
+                None => Ok(()),
+            };
+        }
         if let Some(reason) = self.fallback_reason() {
             return self.fall_back(reason);
         }
@@ -262,7 +287,7 @@ impl Membership {
     /// what the member did; then leaves the group at once, so the partitions move to other
     /// members without waiting for the session to time out (revocation runs the commit cycle,
     /// which fails harmlessly after a fatal error).
-    pub(super) fn leave(self, mut result: Result<(), RunError>) -> Result<(), RunError> {
+    pub(super) fn leave(mut self, mut result: Result<(), RunError>) -> Result<(), RunError> {
         if result.is_ok() {
             tracing::info!("shutting down: committing the open transaction");
             let mut c = self.core.lock().expect("lock");
@@ -278,9 +303,45 @@ impl Membership {
                 "stopped"
             );
         }
+        if let Some(roster) = self.roster.as_mut() {
+            roster.leave();
+        }
         self.consumer.unsubscribe();
         result
     }
+}
+
+/// A consumer created with `settings` and a rebalance context over `core`, not subscribed: its
+/// partitions are assigned by the roster (membership from the log).
+fn unsubscribed(
+    core: &Arc<Mutex<Core>>,
+    k: &KafkaSpec,
+    input_partitions: usize,
+    settings: &ClientConfig,
+) -> Result<(BaseConsumer<RebalanceContext>, Arc<Idle>), RunError> {
+    let context = RebalanceContext::new(core.clone(), k, input_partitions, settings)?;
+    let idle = context.idle.clone();
+    let consumer: BaseConsumer<RebalanceContext> = settings
+        .create_with_context(context)
+        .map_err(|e| RunError::Startup(format!("creating the consumer: {e}")))?;
+    Ok((consumer, idle))
+}
+
+/// Every partition of `topics`, from the broker's metadata.
+fn partitions_of<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topics: &[String],
+) -> Result<Vec<(String, i32)>, RunError> {
+    let mut out = Vec::new();
+    for t in topics {
+        let md = consumer
+            .fetch_metadata(Some(t), Duration::from_secs(30))
+            .map_err(|e| RunError::Startup(format!("reading the partitions of {t}: {e}")))?;
+        for topic in md.topics() {
+            out.extend(topic.partitions().iter().map(|p| (t.clone(), p.id())));
+        }
+    }
+    Ok(out)
 }
 
 /// A consumer created with `settings` and a rebalance context over `core`, subscribed to

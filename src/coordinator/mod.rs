@@ -99,6 +99,7 @@ mod membership;
 mod parts;
 mod process;
 mod rebalance;
+mod roster;
 mod scaling;
 mod setup;
 mod sources;

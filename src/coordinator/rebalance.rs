@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 
 /// What an assignment asks of the consumer: where each partition starts, and which to pause.
 pub(super) struct Assigned {
-    start_at: TopicPartitionList,
-    pause: TopicPartitionList,
+    pub(super) start_at: TopicPartitionList,
+    pub(super) pause: TopicPartitionList,
 }
 
 impl Core {

@@ -77,6 +77,10 @@ impl Watchdog {
         topics: Vec<String>,
         owned_here: Held,
     ) -> Result<Watchdog, String> {
+        if k.log_membership {
+            // No consumer group to watch: the roster judges who is live (`super::roster`).
+            return Err("membership from the log".into());
+        }
         Self::try_start(k, topics, owned_here)
             .inspect_err(|e| tracing::warn!("{e}: running without the group watchdog"))
     }

@@ -4,3 +4,4 @@ pub mod assignor;
 pub mod group;
 pub mod quirks;
 pub mod raw_log;
+pub mod roster;

@@ -94,6 +94,8 @@ impl Plan {
 /// A running rogue member.
 pub struct Rogue {
     stop: Arc<AtomicBool>,
+    /// Set with `stop` by [`Rogue::die`]: the rogue goes silent without leaving.
+    die: Arc<AtomicBool>,
     /// Generations the rogue led and assigned nothing in.
     pub led: Arc<AtomicUsize>,
     handle: Option<JoinHandle<()>>,
@@ -140,8 +142,9 @@ impl Rogue {
         let group = group.to_string();
         let topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
         let stop = Arc::new(AtomicBool::new(false));
+        let die = Arc::new(AtomicBool::new(false));
         let led = Arc::new(AtomicUsize::new(0));
-        let (s, l) = (stop.clone(), led.clone());
+        let (s, l, d) = (stop.clone(), led.clone(), die.clone());
         let handle = std::thread::spawn(move || {
             let gid = || GroupId(StrBytes::from_string(group.clone()));
             let mut member_id = String::new();
@@ -217,6 +220,9 @@ impl Rogue {
                     }
                 }
             }
+            if d.load(Ordering::Relaxed) {
+                return;
+            }
             let req = LeaveGroupRequest::default()
                 .with_group_id(gid())
                 .with_members(vec![
@@ -234,8 +240,18 @@ impl Rogue {
         });
         Rogue {
             stop,
+            die,
             led,
             handle: Some(handle),
+        }
+    }
+
+    /// Goes silent without leaving, as a member killed with SIGKILL does: no more heartbeats.
+    pub fn die(mut self) {
+        self.die.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            h.join().unwrap();
         }
     }
 

@@ -255,6 +255,27 @@ pub const ACKED_WRITES_LOST_ON_KILL: Quirk = Quirk {
     ],
 };
 
+/// A member that dies is never evicted from its group.
+pub const DEAD_MEMBERS_NOT_EVICTED: Quirk = Quirk {
+    name: "dead members not evicted",
+    behaviour: "A member that stops heartbeating without leaving (killed) keeps its place and its \
+                partitions for as long as no other member joins: the session timeout is not \
+                enforced. A join then waits out the rebalance timeout, after which members have \
+                been handed overlapping assignments, and rebalances followed one another every \
+                few seconds: three members under 24 kills produced nothing for minutes, and \
+                plain librdkafka consumers showed the same.",
+    seen_on: &[("noida", "0.2.3")],
+    remedy: "Membership from the log (kafka.membership = \"log\", coordinator::roster): \
+             members heartbeat into the claims topic and share the partitions by a rule every \
+             member computes, without the broker's group. Under group membership, the claims \
+             fence the overlapping assignments (nothing is committed twice), but progress \
+             depends on the broker.",
+    shown_by: &[
+        "kafka_quirks::a_member_that_dies_is_evicted_after_its_session_or_not",
+        "kafka_group::members_sharing_partitions_through_the_log_join_leave_and_die_without_loss_or_duplicates",
+    ],
+};
+
 /// Every quirk above.
 pub const ALL: &[Quirk] = &[
     ABORTED_RECORDS_SERVED,
@@ -271,6 +292,7 @@ pub const ALL: &[Quirk] = &[
     GROUP_KEEPS_ITS_PROTOCOL,
     COOPERATIVE_FOLLOW_UP_INCOMPLETE,
     ACKED_WRITES_LOST_ON_KILL,
+    DEAD_MEMBERS_NOT_EVICTED,
 ];
 
 #[cfg(test)]
