@@ -7,9 +7,9 @@ more partitions and records, which would bias the later runs), loads PARTITION_E
 JSON clickstream events keyed by the grouping field, runs one `tidemark run` member (tumbling 1 s
 count, `repartition = false`, 100 ms commits) until every record is committed, and prints the
 wall time, the member's CPU per record, its peak RSS and the committed transactions. The target
-of issue 19: with 256 partitions, CPU per record and peak RSS within 1.5x of 6 partitions.
+of the benchmark: with 256 partitions, CPU per record and peak RSS within 1.5x of 6 partitions.
 
-Nothing here is a pass/fail test: the figures go into the README.
+Nothing here is a pass/fail test: the figures go into docs/performance.md.
 """
 import json
 import os

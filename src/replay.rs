@@ -248,13 +248,7 @@ fn log_members(k: &KafkaSpec) -> Result<Vec<String>, ReplayError> {
     let wall = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
-    let records = log.committed.iter().map(|r| {
-        (
-            r.key.as_deref().unwrap_or_default(),
-            r.value.as_deref().unwrap_or_default(),
-            r.timestamp,
-        )
-    });
+    let records = log.committed.iter().map(crate::kafka::roster::parts_of);
     let session = crate::kafka::roster::session(&k.properties);
     Ok(crate::kafka::roster::Liveness::from_records(records, wall)
         .live(std::time::Instant::now(), session)

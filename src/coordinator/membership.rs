@@ -353,11 +353,7 @@ fn subscribed(
     settings: &ClientConfig,
     topics: &[String],
 ) -> Result<(BaseConsumer<RebalanceContext>, Arc<Idle>), RunError> {
-    let context = RebalanceContext::new(core.clone(), k, input_partitions, settings)?;
-    let idle = context.idle.clone();
-    let consumer: BaseConsumer<RebalanceContext> = settings
-        .create_with_context(context)
-        .map_err(|e| RunError::Startup(format!("creating the consumer: {e}")))?;
+    let (consumer, idle) = unsubscribed(core, k, input_partitions, settings)?;
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     consumer
         .subscribe(&names)

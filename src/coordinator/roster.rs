@@ -28,7 +28,7 @@ use super::errors::RunError;
 use super::Core;
 use crate::config::KafkaSpec;
 use crate::kafka::raw_log::PartitionTail;
-use crate::kafka::roster::{share, token_of, Liveness, HEARTBEAT_KEY, LEAVE_KEY};
+use crate::kafka::roster::{parts_of, share, token_of, Liveness, HEARTBEAT_KEY, LEAVE_KEY};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::TopicPartitionList;
@@ -78,16 +78,7 @@ impl Roster {
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
-        let heard = Liveness::from_records(
-            records.iter().map(|r| {
-                (
-                    r.key.as_deref().unwrap_or_default(),
-                    r.value.as_deref().unwrap_or_default(),
-                    r.timestamp,
-                )
-            }),
-            wall,
-        );
+        let heard = Liveness::from_records(records.iter().map(parts_of), wall);
         let mut roster = Roster {
             token,
             topic: k.claims_topic.clone(),
@@ -146,11 +137,7 @@ impl Roster {
         match self.tail.read_from(self.next) {
             Ok((records, next)) => {
                 let now = Instant::now();
-                for r in &records {
-                    let (key, value) = (
-                        r.key.as_deref().unwrap_or_default(),
-                        r.value.as_deref().unwrap_or_default(),
-                    );
+                for (key, value, _) in records.iter().map(parts_of) {
                     if let Some((t, left)) = token_of(key, value) {
                         self.heard.note(&t, now, left);
                     }

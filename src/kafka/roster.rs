@@ -100,6 +100,16 @@ pub fn session(properties: &std::collections::BTreeMap<String, String>) -> Durat
         .map_or(Duration::from_secs(10), Duration::from_millis)
 }
 
+/// A raw record of the claims topic as [`Liveness::from_records`] takes it: key and value
+/// (empty where absent) and timestamp.
+pub fn parts_of(r: &super::raw_log::RawRecord) -> (&[u8], &[u8], i64) {
+    (
+        r.key.as_deref().unwrap_or_default(),
+        r.value.as_deref().unwrap_or_default(),
+        r.timestamp,
+    )
+}
+
 impl Liveness {
     /// What the records of a claims topic (key, value, timestamp in epoch ms) say at `now_ms`,
     /// each heard when its timestamp says (records read back from before a process started).
