@@ -6,8 +6,10 @@
 //! * [`config`] — the pipeline file (TOML), environment overrides, and `validate()`, which lists
 //!   every violation at once.
 //! * [`produce`] — `tidemark produce`: a clickstream load generator.
-//! * [`record`] — decoding JSON input records into the core's [`windowing::spec::Event`], and
-//!   [`record::InputSpec`], where a record's key, timestamp and values are.
+//! * [`expr`] — SQL expressions over one input record (parsed with `sqlparser`, compiled once to
+//!   field slots): the filter, the key parts, the event time and the aggregations' inputs.
+//! * [`record`] — what a pipeline reads from each record ([`record::InputSpec`]: filter, key,
+//!   time, inputs) and decoding JSON records into the core's [`windowing::spec::Event`].
 //! * [`avro`] — Avro input: decoding with reader schemas and evolution, plain and Confluent
 //!   framing, and the Schema Registry client.
 //! * [`windowing`] — the pure, deterministic core: time arithmetic, window assigners, watermarks,
@@ -63,6 +65,7 @@ pub mod clock;
 pub mod config;
 pub mod connect;
 pub mod coordinator;
+pub mod expr;
 pub mod format;
 pub mod http;
 pub mod kafka;
