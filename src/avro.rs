@@ -14,8 +14,8 @@
 //! cannot be reached is not the record's fault: [`DecodeError::Unavailable`] makes the caller
 //! abort and retry the transaction instead.
 
-use crate::record::{DecodeError, Event, InputSpec};
-use crate::windowing::time::MAX_ABS_TIMESTAMP;
+use crate::expr::{Datum, Row};
+use crate::record::{Compiled, DecodeError, Event, InputSpec, Meta, TimeSpec};
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
@@ -74,23 +74,42 @@ pub fn parse_schema(what: &str, text: &str) -> Result<Schema, AvroError> {
     Schema::parse_str(text).map_err(|e| AvroError::Schema(what.to_string(), e.to_string()))
 }
 
-/// Checks that the configured field paths exist in the reader schema with usable types; returns
-/// one message per problem.
+/// Checks the pipeline's fields against the reader schema: every path an expression reads
+/// must be a scalar field of it, and a key, timestamp or aggregation input that is one plain
+/// field must have a type that can serve as one. Returns one message per problem.
 pub fn check_paths(schema: &Schema, spec: &InputSpec) -> Vec<String> {
     let mut problems = Vec::new();
-    let mut check = |what: &str, path: &[String], ok: &dyn Fn(&Schema) -> bool| match field_schema(
-        schema, path,
-    ) {
-        None => problems.push(format!(
-            "{what} {:?} is not a field of the reader schema",
-            path.join(".")
-        )),
-        Some(s) if !ok(s) => problems.push(format!(
-            "{what} {:?} has an unusable type in the reader schema",
-            path.join(".")
-        )),
-        Some(_) => {}
+    let scalar = |s: &Schema| {
+        matches!(
+            s,
+            Schema::Boolean
+                | Schema::Int
+                | Schema::Long
+                | Schema::Float
+                | Schema::Double
+                | Schema::String
+                | Schema::Enum(_)
+                | Schema::Uuid(_)
+                | Schema::Date
+                | Schema::TimestampMillis
+                | Schema::TimestampMicros
+                | Schema::LocalTimestampMillis
+                | Schema::LocalTimestampMicros
+        )
     };
+    for path in spec.paths.all() {
+        match field_schema(schema, path) {
+            None => problems.push(format!(
+                "{:?} is not a field of the reader schema",
+                path.join(".")
+            )),
+            Some(s) if !scalar(s) => problems.push(format!(
+                "{:?} is not a scalar in the reader schema (a record, array, map, bytes or fixed)",
+                path.join(".")
+            )),
+            Some(_) => {}
+        }
+    }
     let numeric = |s: &Schema| {
         matches!(
             s,
@@ -115,10 +134,27 @@ pub fn check_paths(schema: &Schema, spec: &InputSpec) -> Vec<String> {
             Schema::String | Schema::Int | Schema::Long | Schema::Enum(_) | Schema::Uuid(_)
         )
     };
-    check("input.key", &spec.key, &key);
-    check("input.timestamp", &spec.timestamp, &time);
+    let mut typed = |what: &str, c: &Compiled, ok: &dyn Fn(&Schema) -> bool| {
+        let Some(path) = c.expr.as_field() else {
+            return;
+        };
+        let segs: Vec<String> = path.split('.').map(str::to_string).collect();
+        if let Some(s) = field_schema(schema, &segs) {
+            if scalar(s) && !ok(s) {
+                problems.push(format!(
+                    "{what} {path:?} has an unusable type in the reader schema"
+                ));
+            }
+        }
+    };
+    for part in &spec.key {
+        typed("input.key", &part.value, &key);
+    }
+    if let TimeSpec::Field(c) = &spec.time {
+        typed("input.timestamp", c, &time);
+    }
     for f in &spec.fields {
-        check("aggregation field", f, &numeric);
+        typed("aggregation field", f, &numeric);
     }
     problems
 }
@@ -287,8 +323,8 @@ impl AvroDecoder {
         Ok(())
     }
 
-    /// Decodes a record value; `key` is the record key when the grouping key comes from it.
-    pub fn decode(&mut self, bytes: &[u8], key: Option<String>) -> Result<Event, DecodeError> {
+    /// Decodes a record value: the event, or `None` when the pipeline's filter rejects it.
+    pub fn decode(&mut self, bytes: &[u8], meta: Meta) -> Result<Option<Event>, DecodeError> {
         let (writer, mut datum) = match self.framing {
             Framing::Plain => (&self.plain_writer, bytes),
             Framing::Confluent => {
@@ -315,75 +351,59 @@ impl AvroDecoder {
                 datum.len()
             )));
         }
-        self.event(&value, key)
+        self.event(&value, meta)
     }
 
-    fn event(&self, value: &Value, given_key: Option<String>) -> Result<Event, DecodeError> {
-        let key = match given_key {
-            Some(k) => k,
-            None => {
-                let name = || self.spec.key.join(".");
-                match lookup(value, &self.spec.key) {
-                    None => return Err(DecodeError::MissingField(name())),
-                    Some(Value::String(s)) | Some(Value::Enum(_, s)) => s.clone(),
-                    Some(Value::Int(i)) => i.to_string(),
-                    Some(Value::Long(i)) => i.to_string(),
-                    Some(Value::Uuid(u)) => u.to_string(),
-                    Some(other) => {
-                        return Err(DecodeError::WrongType {
-                            field: name(),
-                            expected: "a string or a number",
-                            got: format!("{other:?}"),
-                        })
-                    }
-                }
-            }
-        };
-        let field = || self.spec.timestamp.join(".");
-        let ts = match lookup(value, &self.spec.timestamp) {
-            None => return Err(DecodeError::MissingField(field())),
-            Some(Value::Long(ms))
-            | Some(Value::TimestampMillis(ms))
-            | Some(Value::LocalTimestampMillis(ms)) => *ms,
-            Some(Value::Int(ms)) => *ms as i64,
-            Some(Value::TimestampMicros(us)) | Some(Value::LocalTimestampMicros(us)) => {
-                us.div_euclid(1000)
-            }
-            Some(Value::String(s)) => crate::record::parse_rfc3339(&field(), s)?,
-            Some(other) => {
-                return Err(DecodeError::WrongType {
-                    field: field(),
-                    expected: "a long, timestamp-millis, timestamp-micros or RFC 3339 string",
-                    got: format!("{other:?}"),
-                })
-            }
-        };
-        if ts.unsigned_abs() > MAX_ABS_TIMESTAMP as u64 {
-            return Err(DecodeError::TimestampOutOfRange {
-                field: field(),
-                value: ts.to_string(),
-            });
-        }
-        let mut values = Vec::with_capacity(self.spec.fields.len());
-        for path in &self.spec.fields {
-            let v = match lookup(value, path) {
-                None => return Err(DecodeError::MissingField(path.join("."))),
-                Some(Value::Int(i)) => *i as f64,
-                Some(Value::Long(i)) => *i as f64,
-                Some(Value::Float(f)) => *f as f64,
-                Some(Value::Double(f)) => *f,
-                Some(other) => {
+    fn event(&self, value: &Value, meta: Meta) -> Result<Option<Event>, DecodeError> {
+        let paths = self.spec.paths.all();
+        for path in paths {
+            if let Some(v) = lookup(value, path) {
+                if avro_datum(v).is_none() {
                     return Err(DecodeError::WrongType {
                         field: path.join("."),
-                        expected: "a number",
-                        got: format!("{other:?}"),
-                    })
+                        expected: "a scalar",
+                        got: format!("{v:?}"),
+                    });
                 }
-            };
-            values.push(v);
+            }
         }
-        Ok(Event { key, ts, values })
+        self.spec.event(&AvroFields { value, paths }, meta)
     }
+}
+
+/// A decoded Avro record's fields, for expressions.
+struct AvroFields<'a> {
+    value: &'a Value,
+    paths: &'a [Vec<String>],
+}
+
+impl Row for AvroFields<'_> {
+    fn field(&self, slot: usize) -> Datum<'_> {
+        lookup(self.value, &self.paths[slot])
+            .and_then(avro_datum)
+            .unwrap_or(Datum::Null)
+    }
+}
+
+/// An Avro value as an expression sees it; `None` for a value that is not a scalar. Timestamps
+/// are epoch milliseconds, as event times are.
+fn avro_datum(v: &Value) -> Option<Datum<'_>> {
+    use std::borrow::Cow;
+    Some(match v {
+        Value::Null => Datum::Null,
+        Value::Boolean(b) => Datum::Bool(*b),
+        Value::Int(i) | Value::Date(i) => Datum::Int(*i as i64),
+        Value::Long(i) => Datum::Int(*i),
+        Value::TimestampMillis(ms) | Value::LocalTimestampMillis(ms) => Datum::Int(*ms),
+        Value::TimestampMicros(us) | Value::LocalTimestampMicros(us) => {
+            Datum::Int(us.div_euclid(1000))
+        }
+        Value::Float(f) => Datum::Float(*f as f64),
+        Value::Double(f) => Datum::Float(*f),
+        Value::String(s) | Value::Enum(_, s) => Datum::Str(Cow::Borrowed(s)),
+        Value::Uuid(u) => Datum::Str(Cow::Owned(u.to_string())),
+        _ => return None,
+    })
 }
 
 /// A (possibly nested) field of a decoded record, looking through unions; null is absent.

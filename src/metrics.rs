@@ -22,9 +22,12 @@ use std::time::{Duration, Instant};
 pub const RECORDS_IN: &str = "tidemark_records_in_total";
 /// Records delivered to output, dead-letter and changelog topics; labels `topic`, `partition`.
 pub const RECORDS_OUT: &str = "tidemark_records_out_total";
+/// Input records the pipeline's filter rejected, in committed transactions; label `topic`.
+pub const RECORDS_FILTERED: &str = "tidemark_records_filtered_total";
 /// Committed panes; label `timing` (EARLY, ON_TIME, LATE, RETRACT).
 pub const PANES: &str = "tidemark_panes_total";
-/// Committed dead letters; label `reason` (late, malformed, future_timestamp).
+/// Committed dead letters; label `reason` (late, malformed, expression, future_timestamp,
+/// key_mismatch).
 pub const DEAD_LETTERS: &str = "tidemark_dead_letters_total";
 /// Event-time watermark of an input partition, in epoch seconds; label `partition`.
 pub const WATERMARK: &str = "tidemark_watermark_seconds";
@@ -105,6 +108,7 @@ pub const SINK_RETRIES: &str = "tidemark_sink_retries_total";
 pub const ALL: &[&str] = &[
     RECORDS_IN,
     RECORDS_OUT,
+    RECORDS_FILTERED,
     PANES,
     DEAD_LETTERS,
     WATERMARK,
@@ -159,6 +163,10 @@ pub enum MetricsError {
 pub fn describe() {
     describe_counter!(RECORDS_IN, "Input records whose processing committed.");
     describe_counter!(RECORDS_OUT, "Records delivered per topic and partition.");
+    describe_counter!(
+        RECORDS_FILTERED,
+        "Input records the pipeline's filter rejected, per topic."
+    );
     describe_counter!(PANES, "Committed panes by timing.");
     describe_counter!(DEAD_LETTERS, "Committed dead letters by reason.");
     describe_gauge!(

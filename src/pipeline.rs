@@ -15,7 +15,8 @@
 //! [`Step::record`]
 //!
 //! 1. lets processing time fire due early panes;
-//! 2. turns a decoding failure into a `malformed` rejection;
+//! 2. counts a record the pipeline's filter rejected, and turns a decoding failure into a
+//!    rejection (`malformed`, or `expression` when an expression cannot be evaluated);
 //! 3. rejects an event time too far ahead of the clock (`future_timestamp`), when a guard is set;
 //! 4. passes the event to the engine, which may call it `late`;
 //! 5. moves the source's watermark with the event time, and the engine's with its sources';
@@ -47,15 +48,19 @@ pub enum Reason {
     /// The record's Kafka key is not its grouping key, on an input declared to be partitioned by
     /// it.
     KeyMismatch,
+    /// An expression of the pipeline (filter, key, timestamp, aggregation input) cannot be
+    /// evaluated on the record: a value of the wrong type, an overflow, a division by zero.
+    Expression,
 }
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub const ALL: [Reason; 4] = [
+    pub const ALL: [Reason; 5] = [
         Reason::Malformed,
         Reason::FutureTimestamp,
         Reason::Late,
         Reason::KeyMismatch,
+        Reason::Expression,
     ];
 
     /// The reason as dead letters spell it.
@@ -65,6 +70,7 @@ impl Reason {
             Reason::FutureTimestamp => "future_timestamp",
             Reason::Late => "late",
             Reason::KeyMismatch => "key_mismatch",
+            Reason::Expression => "expression",
         }
     }
 }
@@ -84,9 +90,15 @@ pub struct Rejection {
     pub late_by_ms: Option<i64>,
 }
 
+/// A record as its decoder left it: an event, `None` when the pipeline's filter rejected it, or
+/// why it cannot be used (the reason, `malformed` or `expression`, and a sentence).
+pub type Decoded = Result<Option<Event>, (Reason, String)>;
+
 /// What one record did.
 #[derive(Debug, Default)]
 pub struct Outcome {
+    /// Whether the pipeline's filter rejected the record (counted, not an error).
+    pub filtered: bool,
     /// The record's rejection, if it was rejected.
     pub rejection: Option<Rejection>,
     /// Panes fired while processing the record, in order.
@@ -100,6 +112,8 @@ pub struct Outcome {
 pub enum Checked {
     /// An event, for the engine.
     Event(Event),
+    /// The pipeline's filter rejected the record.
+    Filtered,
     /// A rejection (malformed, or from the future), with the event time when it decoded.
     Rejected {
         /// Why.
@@ -132,16 +146,17 @@ impl Front {
         }
     }
 
-    /// Checks a record, decoded or not (`Err` holds why it did not decode), at processing time
-    /// `now`; an event moves the source's watermark.
-    pub fn check(&mut self, decoded: Result<Event, String>, now: i64) -> Checked {
+    /// Checks a record as its decoder left it, at processing time `now`; an event moves the
+    /// source's watermark (a filtered record does not).
+    pub fn check(&mut self, decoded: Decoded, now: i64) -> Checked {
         match decoded {
-            Err(detail) => Checked::Rejected {
-                reason: Reason::Malformed,
+            Err((reason, detail)) => Checked::Rejected {
+                reason,
                 detail,
                 event_time: None,
             },
-            Ok(ev) => match self.max_future_skew {
+            Ok(None) => Checked::Filtered,
+            Ok(Some(ev)) => match self.max_future_skew {
                 Some(skew) if ev.ts > now.saturating_add(skew) => Checked::Rejected {
                     reason: Reason::FutureTimestamp,
                     detail: format!(
@@ -320,11 +335,11 @@ impl Step {
     }
 
     /// Processes one record of source `source` (an index into the sources the step was opened
-    /// with), decoded or not (`Err` holds why it did not decode), at processing time `now`.
+    /// with), as its decoder left it, at processing time `now`.
     pub fn record(
         &mut self,
         source: usize,
-        decoded: Result<Event, String>,
+        decoded: Decoded,
         now: i64,
     ) -> Result<Outcome, EngineError> {
         // 1. Processing time first: early panes due by now fire before the record counts.
@@ -333,8 +348,9 @@ impl Step {
         let watermark = (wm != i64::MIN).then_some(wm);
         let mut out = Outcome::default();
         let (name, front) = &mut self.fronts[source];
-        // 2, 3. Not an event, or from the future.
+        // 2, 3. Filtered, not an event, or from the future.
         match front.check(decoded, now) {
+            Checked::Filtered => out.filtered = true,
             Checked::Rejected {
                 reason,
                 detail,

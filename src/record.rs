@@ -1,40 +1,86 @@
-//! Input records: decoding a JSON event into the engine's [`Event`].
+//! Input records: from a record's bytes to the engine's [`Event`].
 //!
-//! A pipeline names dotted paths for the grouping key (a string or a number), the event timestamp
-//! (epoch milliseconds as an integer, or an RFC 3339 string) and each numeric value. Anything else is
-//! a [`DecodeError`], which callers turn into a dead letter with reason `malformed`.
+//! A pipeline reads a record through SQL expressions ([`crate::expr`]): an optional filter, the
+//! key parts, the event time, and one input per aggregation. Their field paths are the
+//! decoder's *slots* ([`InputSpec::paths`]). The JSON decoder parses a record once and keeps
+//! only the values at those paths (no JSON tree is built); the Avro decoder reads the datum with
+//! the reader schema and looks the same paths up. Both then hand the values to one evaluation,
+//! [`InputSpec::event`], so JSON and Avro records mean the same thing:
+//!
+//! 1. the filter: false or NULL and the record is *filtered* (counted, not an error);
+//! 2. the key: each part's value (a string or a number; NULL or a boolean is `malformed`),
+//!    joined by the canonical encoding of [`encode_key`];
+//! 3. the event time: a field or expression (epoch milliseconds, or an RFC 3339 string), the
+//!    Kafka record's own timestamp (`$record_timestamp`), or processing time;
+//! 4. each aggregation's input value, a number.
+//!
+//! A record that is not JSON (or Avro), lacks a key, a timestamp or an input value, or has one of
+//! the wrong type is a [`DecodeError`] that becomes a dead letter with reason `malformed`; an
+//! expression that cannot be evaluated on it (a string where a number is needed, a division by
+//! zero) is [`DecodeError::Expression`], reason `expression`.
 
+use crate::expr::{Datum, Expr, Paths, Row};
+use crate::pipeline::Reason;
 use crate::windowing::time::MAX_ABS_TIMESTAMP;
 use serde::Deserialize as _;
 use serde_json::Value;
 
 pub use crate::windowing::spec::Event;
 
-/// Where the key, timestamp and numeric values are in an event, as split field paths.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InputSpec {
-    /// Key path segments.
-    pub key: Vec<String>,
-    /// Timestamp path segments.
-    pub timestamp: Vec<String>,
-    /// Distinct numeric field paths; aggregations refer to them by index.
-    pub fields: Vec<Vec<String>>,
+/// An expression with the text it was written as.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compiled {
+    /// The text in the pipeline file.
+    pub text: String,
+    /// The compiled expression.
+    pub expr: Expr,
 }
 
-impl InputSpec {
-    /// Number of configured paths: key, timestamp and each field.
-    fn slots(&self) -> usize {
-        2 + self.fields.len()
-    }
+/// One part of the grouping key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyPart {
+    /// The part's name: its alias, or its text.
+    pub name: String,
+    /// The part's value.
+    pub value: Compiled,
+}
 
-    /// The path of a slot: 0 = key, 1 = timestamp, 2.. = the numeric fields in order.
-    fn path(&self, slot: usize) -> &[String] {
-        match slot {
-            0 => &self.key,
-            1 => &self.timestamp,
-            i => &self.fields[i - 2],
-        }
-    }
+/// Where a record's event time comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TimeSpec {
+    /// A field or expression of the record: epoch milliseconds, or an RFC 3339 string.
+    Field(Compiled),
+    /// The Kafka record's timestamp (CreateTime or LogAppendTime, whichever the topic has).
+    RecordTimestamp,
+    /// The processing-time clock when the record is read.
+    Processing,
+}
+
+/// The spelling of [`TimeSpec::RecordTimestamp`] in a pipeline file.
+pub const RECORD_TIMESTAMP: &str = "$record_timestamp";
+
+/// What a pipeline reads from each record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputSpec {
+    /// The distinct field paths the expressions read; a path's index is its slot.
+    pub paths: Paths,
+    /// Records for which this is false or NULL are filtered out.
+    pub filter: Option<Compiled>,
+    /// The key parts, in order; none: one group per window.
+    pub key: Vec<KeyPart>,
+    /// The event time.
+    pub time: TimeSpec,
+    /// The aggregations' input values; aggregations refer to them by index.
+    pub fields: Vec<Compiled>,
+}
+
+/// What the decoder knows of a record besides its value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// The Kafka record's timestamp (in `simulate`: the envelope's, or the clock's).
+    pub record_timestamp: Option<i64>,
+    /// Processing time when the record is read.
+    pub now: i64,
 }
 
 /// Why a record could not be decoded.
@@ -46,6 +92,9 @@ pub enum DecodeError {
     /// A configured field is absent or null.
     #[error("missing field {0}")]
     MissingField(String),
+    /// A key part that is an expression is NULL.
+    #[error("key part {0} is NULL")]
+    NullKey(String),
     /// A configured field has the wrong JSON type.
     #[error("field {field} must be {expected}, got {got}")]
     WrongType {
@@ -79,6 +128,22 @@ pub enum DecodeError {
         /// The timestamp.
         value: String,
     },
+    /// The record has no timestamp (`$record_timestamp` on a record without one).
+    #[error("the record has no timestamp")]
+    NoRecordTimestamp,
+    /// An expression cannot be evaluated on the record.
+    #[error("{0}")]
+    Expression(String),
+}
+
+impl DecodeError {
+    /// The dead-letter reason of a record that failed this way.
+    pub fn reason(&self) -> Reason {
+        match self {
+            DecodeError::Expression(_) => Reason::Expression,
+            _ => Reason::Malformed,
+        }
+    }
 }
 
 /// Parses an RFC 3339 timestamp into epoch milliseconds; `field` names it in the error.
@@ -91,7 +156,193 @@ pub(crate) fn parse_rfc3339(field: &str, s: &str) -> Result<i64, DecodeError> {
         })
 }
 
-/// Decodes JSON events according to an [`InputSpec`].
+/// The canonical encoding of a key's parts as one string, the grouping key of the state, the
+/// repartition hop and the dedup id. No parts: the empty string. One part: its text (a string
+/// as is, a number as SQL writes it), so a one-field key is what it always was.
+/// Several: the JSON array of the values, so `["a","b"]` and `"a\u0000b"` never collide and a
+/// sink can read the parts back.
+pub fn encode_key(parts: &[Datum<'_>]) -> String {
+    match parts {
+        [] => String::new(),
+        [one] => one.to_string(),
+        many => {
+            let values: Vec<Value> = many.iter().map(datum_json).collect();
+            serde_json::to_string(&values).expect("JSON values serialize")
+        }
+    }
+}
+
+fn datum_json(d: &Datum<'_>) -> Value {
+    match d {
+        Datum::Null => Value::Null,
+        Datum::Bool(b) => Value::Bool(*b),
+        Datum::Int(i) => Value::from(*i),
+        Datum::Float(f) => Value::from(*f),
+        Datum::Str(s) => Value::String(s.to_string()),
+    }
+}
+
+impl InputSpec {
+    /// A spec that reads the key, timestamp and numeric fields at plain dotted paths (the form
+    /// tests and benches use most).
+    pub fn plain(key: &str, timestamp: &str, fields: &[&str]) -> InputSpec {
+        let mut paths = Paths::default();
+        let mut compile = |text: &str| Compiled {
+            text: text.to_string(),
+            expr: crate::expr::parse(text, &mut paths).expect("a plain path parses"),
+        };
+        let key = vec![KeyPart {
+            name: key.to_string(),
+            value: compile(key),
+        }];
+        let time = TimeSpec::Field(compile(timestamp));
+        let fields = fields.iter().map(|f| compile(f)).collect();
+        InputSpec {
+            paths,
+            filter: None,
+            key,
+            time,
+            fields,
+        }
+    }
+
+    /// The key as the state fingerprint and `explain` spell it: the part's text for one part,
+    /// a JSON array of the texts for several.
+    pub fn key_text(&self) -> String {
+        match self.key.as_slice() {
+            [one] => one.value.text.clone(),
+            many => serde_json::to_string(
+                &many
+                    .iter()
+                    .map(|p| p.value.text.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .expect("strings serialize"),
+        }
+    }
+
+    /// The event time as the pipeline file spells it.
+    pub fn time_text(&self) -> &str {
+        match &self.time {
+            TimeSpec::Field(c) => &c.text,
+            TimeSpec::RecordTimestamp => RECORD_TIMESTAMP,
+            TimeSpec::Processing => "processing time",
+        }
+    }
+
+    /// Evaluates the pipeline's expressions on one record's fields: the event, `None` when the
+    /// filter rejects the record, or why the record cannot be used.
+    pub fn event<R: Row>(&self, row: &R, meta: Meta) -> Result<Option<Event>, DecodeError> {
+        let failed = |what: &str, e: crate::expr::EvalError| {
+            DecodeError::Expression(format!("{what}: {}", e.0))
+        };
+        if let Some(f) = &self.filter {
+            let keep = f
+                .expr
+                .eval_filter(row)
+                .map_err(|e| failed(&format!("filter {:?}", f.text), e))?;
+            if !keep {
+                return Ok(None);
+            }
+        }
+        let mut parts = Vec::with_capacity(self.key.len());
+        for part in &self.key {
+            let v = part
+                .value
+                .expr
+                .eval(row)
+                .map_err(|e| failed(&format!("key part {:?}", part.value.text), e))?;
+            match v {
+                Datum::Null => {
+                    return Err(match part.value.expr.as_field() {
+                        Some(path) => DecodeError::MissingField(path.to_string()),
+                        None => DecodeError::NullKey(part.value.text.clone()),
+                    })
+                }
+                Datum::Bool(_) => {
+                    return Err(DecodeError::WrongType {
+                        field: part.value.text.clone(),
+                        expected: "a string or a number",
+                        got: v.type_name().to_string(),
+                    })
+                }
+                _ => parts.push(v),
+            }
+        }
+        let key = encode_key(&parts);
+        drop(parts);
+        let ts = match &self.time {
+            TimeSpec::Processing => meta.now,
+            TimeSpec::RecordTimestamp => meta
+                .record_timestamp
+                .ok_or(DecodeError::NoRecordTimestamp)?,
+            TimeSpec::Field(c) => {
+                let v = c
+                    .expr
+                    .eval(row)
+                    .map_err(|e| failed(&format!("timestamp {:?}", c.text), e))?;
+                timestamp(&c.text, v)?
+            }
+        };
+        let mut values = Vec::with_capacity(self.fields.len());
+        for f in &self.fields {
+            let v = f
+                .expr
+                .eval(row)
+                .map_err(|e| failed(&format!("field {:?}", f.text), e))?;
+            match v {
+                Datum::Null => return Err(DecodeError::MissingField(f.text.clone())),
+                Datum::Int(i) => values.push(i as f64),
+                Datum::Float(x) => values.push(x),
+                other => {
+                    return Err(DecodeError::WrongType {
+                        field: f.text.clone(),
+                        expected: "a number",
+                        got: other.type_name().to_string(),
+                    })
+                }
+            }
+        }
+        Ok(Some(Event { key, ts, values }))
+    }
+}
+
+/// An event time from its value: epoch milliseconds (an integer, or a double without a
+/// fraction) or an RFC 3339 string.
+fn timestamp(field: &str, v: Datum<'_>) -> Result<i64, DecodeError> {
+    const EXPECTED: &str = "integer epoch milliseconds or an RFC 3339 string";
+    let ts = match v {
+        Datum::Null => return Err(DecodeError::MissingField(field.to_string())),
+        Datum::Int(i) => i,
+        Datum::Float(f) => {
+            if f.fract() != 0.0 || !f.is_finite() || f.abs() > MAX_ABS_TIMESTAMP as f64 {
+                return Err(DecodeError::WrongType {
+                    field: field.to_string(),
+                    expected: EXPECTED,
+                    got: Datum::Float(f).to_string(),
+                });
+            }
+            f as i64
+        }
+        Datum::Str(s) => parse_rfc3339(field, &s)?,
+        other => {
+            return Err(DecodeError::WrongType {
+                field: field.to_string(),
+                expected: EXPECTED,
+                got: other.type_name().to_string(),
+            })
+        }
+    };
+    if ts.unsigned_abs() > MAX_ABS_TIMESTAMP as u64 {
+        return Err(DecodeError::TimestampOutOfRange {
+            field: field.to_string(),
+            value: ts.to_string(),
+        });
+    }
+    Ok(ts)
+}
+
+/// Decodes JSON records according to an [`InputSpec`].
 #[derive(Debug, Clone)]
 pub struct JsonDecoder {
     spec: InputSpec,
@@ -125,117 +376,70 @@ fn type_name(v: &Value) -> String {
     }
 }
 
+/// A JSON value as an expression sees it.
+fn json_datum(v: Option<&Value>) -> Datum<'_> {
+    match v {
+        None | Some(Value::Null) => Datum::Null,
+        Some(Value::Bool(b)) => Datum::Bool(*b),
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(i) => Datum::Int(i),
+            None => Datum::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Some(Value::String(s)) => Datum::Str(std::borrow::Cow::Borrowed(s)),
+        // Refused before evaluation (see `JsonFields::check`).
+        Some(Value::Array(_) | Value::Object(_)) => Datum::Null,
+    }
+}
+
+/// The values at a record's slots, for expressions.
+struct JsonFields<'v, F>(F, std::marker::PhantomData<&'v Value>);
+
+impl<'v, F: Fn(usize) -> Option<&'v Value>> Row for JsonFields<'v, F> {
+    fn field(&self, slot: usize) -> Datum<'_> {
+        json_datum((self.0)(slot))
+    }
+}
+
 impl JsonDecoder {
-    /// A decoder for the given field locations.
+    /// A decoder for the given spec.
     pub fn new(spec: InputSpec) -> JsonDecoder {
         let picker = Picker::new(&spec);
         JsonDecoder { spec, picker }
     }
 
-    /// Decodes raw bytes (one JSON object).
-    pub fn decode(&self, bytes: &[u8]) -> Result<Event, DecodeError> {
-        self.decode_bytes(bytes, None)
-    }
-
-    /// Decodes raw bytes whose grouping key is given (the Kafka record key); the key field of the
-    /// input spec is not read.
-    pub fn decode_keyed(&self, bytes: &[u8], key: String) -> Result<Event, DecodeError> {
-        self.decode_bytes(bytes, Some(key))
-    }
-
-    /// Parses the bytes once, keeping only the configured paths (no JSON tree is built), and
-    /// decodes them exactly as [`JsonDecoder::decode_value`] decodes the whole parsed value.
-    fn decode_bytes(&self, bytes: &[u8], given_key: Option<String>) -> Result<Event, DecodeError> {
+    /// Decodes raw bytes (one JSON object): the event, or `None` when the filter rejects it.
+    pub fn decode(&self, bytes: &[u8], meta: Meta) -> Result<Option<Event>, DecodeError> {
         let picked = self.picker.pick(bytes)?;
-        self.decode_inner(|slot| picked.get(slot), given_key)
+        self.decode_inner(|slot| picked.get(slot), meta)
     }
 
     /// Decodes an already parsed JSON value.
-    pub fn decode_value(&self, value: &Value) -> Result<Event, DecodeError> {
+    pub fn decode_value(&self, value: &Value, meta: Meta) -> Result<Option<Event>, DecodeError> {
         if !value.is_object() {
             return Err(not_an_object(type_name(value)));
         }
-        self.decode_inner(|slot| lookup(value, self.spec.path(slot)), None)
+        let paths = self.spec.paths.all();
+        self.decode_inner(|slot| lookup(value, &paths[slot]), meta)
     }
 
-    /// Decodes the event from its configured paths; `get(slot)` is the non-null value at path
-    /// `slot` (0 = key, 1 = timestamp, 2.. = numeric fields), if any.
+    /// Decodes the event from the values at its slots; `get(slot)` is the non-null value at
+    /// path `slot`, if any. A value there must be a scalar.
     fn decode_inner<'v>(
         &self,
         get: impl Fn(usize) -> Option<&'v Value>,
-        given_key: Option<String>,
-    ) -> Result<Event, DecodeError> {
-        let key = match given_key {
-            Some(k) => k,
-            None => self.key_field(get(0))?,
-        };
-        let ts = self.timestamp(get(1))?;
-        let mut values = Vec::with_capacity(self.spec.fields.len());
-        for (i, path) in self.spec.fields.iter().enumerate() {
-            match get(2 + i) {
-                None => return Err(DecodeError::MissingField(path.join("."))),
-                Some(Value::Number(n)) => values.push(n.as_f64().unwrap_or(f64::NAN)),
-                Some(other) => {
-                    return Err(DecodeError::WrongType {
-                        field: path.join("."),
-                        expected: "a number",
-                        got: type_name(other),
-                    })
-                }
-            }
-        }
-        Ok(Event { key, ts, values })
-    }
-
-    fn key_field(&self, found: Option<&Value>) -> Result<String, DecodeError> {
-        let key_name = || self.spec.key.join(".");
-        match found {
-            None => Err(DecodeError::MissingField(key_name())),
-            Some(Value::String(s)) => Ok(s.clone()),
-            Some(Value::Number(n)) => Ok(n.to_string()),
-            Some(other) => Err(DecodeError::WrongType {
-                field: key_name(),
-                expected: "a string or a number",
-                got: type_name(other),
-            }),
-        }
-    }
-
-    fn timestamp(&self, found: Option<&Value>) -> Result<i64, DecodeError> {
-        let field = || self.spec.timestamp.join(".");
-        let ts = match found {
-            None => return Err(DecodeError::MissingField(field())),
-            Some(Value::Number(n)) => {
-                if let Some(i) = n.as_i64() {
-                    i
-                } else {
-                    let f = n.as_f64().unwrap_or(f64::NAN);
-                    if f.fract() != 0.0 || !f.is_finite() || f.abs() > MAX_ABS_TIMESTAMP as f64 {
-                        return Err(DecodeError::WrongType {
-                            field: field(),
-                            expected: "integer epoch milliseconds or an RFC 3339 string",
-                            got: n.to_string(),
-                        });
-                    }
-                    f as i64
-                }
-            }
-            Some(Value::String(s)) => parse_rfc3339(&field(), s)?,
-            Some(other) => {
+        meta: Meta,
+    ) -> Result<Option<Event>, DecodeError> {
+        for (slot, path) in self.spec.paths.all().iter().enumerate() {
+            if let Some(v @ (Value::Array(_) | Value::Object(_))) = get(slot) {
                 return Err(DecodeError::WrongType {
-                    field: field(),
-                    expected: "integer epoch milliseconds or an RFC 3339 string",
-                    got: type_name(other),
-                })
+                    field: path.join("."),
+                    expected: "a string, a number or a boolean",
+                    got: type_name(v),
+                });
             }
-        };
-        if ts.unsigned_abs() > MAX_ABS_TIMESTAMP as u64 {
-            return Err(DecodeError::TimestampOutOfRange {
-                field: field(),
-                value: ts.to_string(),
-            });
         }
-        Ok(ts)
+        self.spec
+            .event(&JsonFields(get, std::marker::PhantomData), meta)
     }
 }
 
@@ -271,7 +475,7 @@ impl PathNode {
 
 /// Parses one JSON value and keeps only the values at the configured paths: the rest is parsed
 /// and checked as fully as when building a `serde_json::Value` (same parser, same errors), but
-/// nothing of it is allocated. Slot 0 is the key path, 1 the timestamp path, 2.. the fields.
+/// nothing of it is allocated. Slots are the spec's paths.
 #[derive(Debug, Clone)]
 struct Picker {
     /// Number of slots (paths).
@@ -291,10 +495,10 @@ impl Picked {
 
 impl Picker {
     fn new(spec: &InputSpec) -> Picker {
-        let slots = spec.slots();
+        let slots = spec.paths.len();
         let mut root = PathNode::default();
-        for slot in 0..slots {
-            root.insert(spec.path(slot), slot);
+        for (slot, path) in spec.paths.all().iter().enumerate() {
+            root.insert(path, slot);
         }
         Picker { slots, root }
     }
@@ -539,19 +743,18 @@ mod tests {
     use super::*;
 
     fn decoder() -> JsonDecoder {
-        JsonDecoder::new(InputSpec {
-            key: vec!["user".into(), "id".into()],
-            timestamp: vec!["ts".into()],
-            fields: vec![vec!["amount".into()]],
-        })
+        JsonDecoder::new(InputSpec::plain("user.id", "ts", &["amount"]))
+    }
+
+    fn decode(d: &JsonDecoder, bytes: &[u8]) -> Result<Event, DecodeError> {
+        d.decode(bytes, Meta::default())
+            .map(|e| e.expect("no filter"))
     }
 
     #[test]
     fn decodes_nested_key_and_both_timestamp_forms() {
         let d = decoder();
-        let e = d
-            .decode(br#"{"user":{"id":"u1"},"ts":1000,"amount":2.5}"#)
-            .unwrap();
+        let e = decode(&d, br#"{"user":{"id":"u1"},"ts":1000,"amount":2.5}"#).unwrap();
         assert_eq!(
             e,
             Event {
@@ -560,14 +763,168 @@ mod tests {
                 values: vec![2.5]
             }
         );
-        let e = d
-            .decode(br#"{"user":{"id":7},"ts":"1970-01-01T00:00:01.500+00:00","amount":1}"#)
-            .unwrap();
+        let e = decode(
+            &d,
+            br#"{"user":{"id":7},"ts":"1970-01-01T00:00:01.500+00:00","amount":1}"#,
+        )
+        .unwrap();
         assert_eq!((e.key.as_str(), e.ts), ("7", 1500));
-        let e = d
-            .decode(br#"{"user":{"id":"a"},"ts":"1969-12-31T23:59:59Z","amount":1}"#)
-            .unwrap();
+        let e = decode(
+            &d,
+            br#"{"user":{"id":"a"},"ts":"1969-12-31T23:59:59Z","amount":1}"#,
+        )
+        .unwrap();
         assert_eq!(e.ts, -1000);
+    }
+
+    fn spec(filter: Option<&str>, key: &[&str], time: &str, fields: &[&str]) -> InputSpec {
+        let mut paths = Paths::default();
+        let mut compile = |text: &str| Compiled {
+            text: text.to_string(),
+            expr: crate::expr::parse(text, &mut paths).unwrap(),
+        };
+        let filter = filter.map(&mut compile);
+        let key = key
+            .iter()
+            .map(|k| KeyPart {
+                name: k.to_string(),
+                value: compile(k),
+            })
+            .collect();
+        let time = match time {
+            RECORD_TIMESTAMP => TimeSpec::RecordTimestamp,
+            "processing" => TimeSpec::Processing,
+            t => TimeSpec::Field(compile(t)),
+        };
+        let fields = fields.iter().map(|f| compile(f)).collect();
+        InputSpec {
+            paths,
+            filter,
+            key,
+            time,
+            fields,
+        }
+    }
+
+    #[test]
+    fn filters_keys_of_any_shape_and_three_kinds_of_time() {
+        let d = JsonDecoder::new(spec(
+            Some("kind = 'click' AND price > 0"),
+            &["page", "lower(geo.country)"],
+            "ts",
+            &["price * qty"],
+        ));
+        let meta = Meta::default();
+        let e = d
+            .decode(
+                br#"{"kind":"click","price":2.5,"qty":2,"page":"/a","geo":{"country":"DE"},"ts":5}"#,
+                meta,
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.key, r#"["/a","de"]"#);
+        assert_eq!(e.values, vec![5.0]);
+        // Rejected by the filter: not an error; the timestamp is not even read.
+        for rejected in [
+            r#"{"kind":"view","price":2.5,"qty":2,"page":"/a","geo":{"country":"DE"}}"#,
+            r#"{"kind":"click","price":null,"page":"/a"}"#,
+        ] {
+            assert_eq!(d.decode(rejected.as_bytes(), meta), Ok(None), "{rejected}");
+        }
+        // A filter that cannot be evaluated is an expression error.
+        let err = d
+            .decode(br#"{"kind":"click","price":"cheap"}"#, meta)
+            .unwrap_err();
+        assert_eq!(err.reason(), Reason::Expression);
+        assert_eq!(
+            err.to_string(),
+            r#"filter "kind = 'click' AND price > 0": cannot compare a string with an integer"#
+        );
+        // A NULL key part is a missing key.
+        let err = d
+            .decode(
+                br#"{"kind":"click","price":1,"qty":1,"page":"/a","ts":5}"#,
+                meta,
+            )
+            .unwrap_err();
+        assert_eq!(err, DecodeError::NullKey("lower(geo.country)".into()));
+        assert_eq!(err.reason(), Reason::Malformed);
+
+        // No key; the record's own timestamp; processing time.
+        let none = JsonDecoder::new(spec(None, &[], RECORD_TIMESTAMP, &[]));
+        let meta = Meta {
+            record_timestamp: Some(42),
+            now: 7,
+        };
+        let e = none.decode(b"{}", meta).unwrap().unwrap();
+        assert_eq!((e.key.as_str(), e.ts), ("", 42));
+        assert_eq!(
+            none.decode(b"{}", Meta::default()),
+            Err(DecodeError::NoRecordTimestamp)
+        );
+        let arrival = JsonDecoder::new(spec(None, &["k"], "processing", &[]));
+        let e = arrival.decode(br#"{"k":1}"#, meta).unwrap().unwrap();
+        assert_eq!((e.key.as_str(), e.ts), ("1", 7));
+        // A timestamp expression.
+        let computed = JsonDecoder::new(spec(None, &["k"], "t_s * 1000", &[]));
+        let e = computed
+            .decode(br#"{"k":"a","t_s":3}"#, meta)
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.ts, 3000);
+    }
+
+    #[test]
+    fn the_key_encoding_keeps_distinct_parts_distinct() {
+        use std::borrow::Cow;
+        let s = |x: &str| Datum::Str(Cow::Owned(x.to_string()));
+        assert_eq!(encode_key(&[]), "");
+        assert_eq!(encode_key(&[s("a")]), "a");
+        assert_eq!(encode_key(&[Datum::Int(7)]), "7");
+        assert_eq!(encode_key(&[s("a"), s("b")]), r#"["a","b"]"#);
+        assert_ne!(encode_key(&[s("a"), s("b")]), encode_key(&[s("a\u{0}b")]));
+        assert_ne!(
+            encode_key(&[s("a,b"), s("c")]),
+            encode_key(&[s("a"), s("b,c")])
+        );
+        assert_ne!(
+            encode_key(&[Datum::Int(1), s("x")]),
+            encode_key(&[s("1"), s("x")])
+        );
+    }
+
+    mod key_encoding {
+        use super::*;
+        use proptest::prelude::*;
+        use std::borrow::Cow;
+
+        fn part() -> impl Strategy<Value = Datum<'static>> {
+            prop_oneof![
+                any::<i64>().prop_map(Datum::Int),
+                any::<bool>().prop_map(Datum::Bool),
+                "[a-c\\\",\\[\\]\u{0} ]{0,4}".prop_map(|t| Datum::Str(Cow::Owned(t))),
+                // Quarters: doubles whose JSON text reads back exactly.
+                (-4_000_000i64..4_000_000).prop_map(|q| Datum::Float(q as f64 / 4.0)),
+            ]
+        }
+
+        proptest! {
+            /// Distinct tuples of key parts (of one pipeline, so of one length) encode to
+            /// distinct keys, and a several-part key reads back as its parts.
+            #[test]
+            fn distinct_tuples_give_distinct_keys(
+                n in 2usize..4,
+                a in prop::collection::vec(part(), 4),
+                b in prop::collection::vec(part(), 4),
+            ) {
+                let (a, b) = (&a[..n], &b[..n]);
+                if a != b {
+                    prop_assert_ne!(encode_key(a), encode_key(b));
+                }
+                let back: Vec<Value> = serde_json::from_str(&encode_key(a)).unwrap();
+                prop_assert_eq!(back, a.iter().map(datum_json).collect::<Vec<_>>());
+            }
+        }
     }
 
     #[test]
@@ -577,7 +934,9 @@ mod tests {
             b"not json",
             b"[1,2]",
             br#"{"ts":1,"amount":1}"#,
+            br#"{"user":{"id":[1]},"ts":1,"amount":1}"#,
             br#"{"user":{"id":true},"ts":1,"amount":1}"#,
+            br#"{"user":{"id":"u"},"ts":{},"amount":1}"#,
             br#"{"user":{"id":"u"},"amount":1}"#,
             br#"{"user":{"id":"u"},"ts":"yesterday","amount":1}"#,
             br#"{"user":{"id":"u"},"ts":1.5,"amount":1}"#,
@@ -588,7 +947,7 @@ mod tests {
             br#"{"user":{"id":"u"},"ts":1}"#,
         ];
         for c in cases {
-            assert!(d.decode(c).is_err(), "{}", String::from_utf8_lossy(c));
+            assert!(decode(&d, c).is_err(), "{}", String::from_utf8_lossy(c));
         }
     }
 
@@ -665,10 +1024,10 @@ mod tests {
             prop_oneof![any_json, event]
         }
 
-        fn by_value(d: &JsonDecoder, bytes: &[u8]) -> Result<Event, DecodeError> {
+        fn by_value(d: &JsonDecoder, bytes: &[u8]) -> Result<Option<Event>, DecodeError> {
             let v: Value =
                 serde_json::from_slice(bytes).map_err(|e| DecodeError::NotJson(e.to_string()))?;
-            d.decode_value(&v)
+            d.decode_value(&v, Meta::default())
         }
 
         proptest! {
@@ -683,17 +1042,7 @@ mod tests {
                     _ => bytes.extend_from_slice(b" x"),
                 }
                 let d = decoder();
-                prop_assert_eq!(d.decode(&bytes), by_value(&d, &bytes));
-                let keyed = by_value(&d, &bytes).map(|e| Event { key: "k".into(), ..e });
-                // With a given key, the key path is not read, so only the other paths can fail.
-                match (d.decode_keyed(&bytes, "k".into()), keyed) {
-                    (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
-                    (Err(DecodeError::NotJson(a)), Err(DecodeError::NotJson(b))) => prop_assert_eq!(a, b),
-                    (a, _) => {
-                        let v: Result<Value, _> = serde_json::from_slice(&bytes);
-                        if let Ok(v) = v { prop_assert_eq!(a.is_ok(), d.decode_inner(|s| lookup(&v, d.spec.path(s)), Some("k".into())).is_ok()); }
-                    }
-                }
+                prop_assert_eq!(d.decode(&bytes, Meta::default()), by_value(&d, &bytes));
             }
         }
 
@@ -707,7 +1056,7 @@ mod tests {
                 r#"{"user":"a","user":{"id":"b"},"ts":1,"amount":2}"#,
             ] {
                 assert_eq!(
-                    d.decode(text.as_bytes()),
+                    d.decode(text.as_bytes(), Meta::default()),
                     by_value(&d, text.as_bytes()),
                     "{text}"
                 );

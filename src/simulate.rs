@@ -8,7 +8,10 @@
 //! `{"$watermark": MS}` sets the watermark of the input it appears in (from then on only such lines
 //! move it) and `{"$advance_processing_time": MS}` moves the processing-time clock (which starts
 //! at 0) forward. At end of input the watermark goes to plus infinity, so every remaining window
-//! fires.
+//! fires. A record's Kafka timestamp (what `timestamp = "$record_timestamp"` reads) is the
+//! processing-time clock when the line is read, as if the broker stamped it on arrival, unless
+//! the line is an envelope: `{"$record_timestamp": MS, "$value": RECORD}` with the JSON record
+//! (or, under Avro input, the base64 of its bytes) in `$value`.
 //!
 //! **Several inputs** (`--input` more than once) are several watermark sources, as the input
 //! partitions of a pipeline that repartitions are: the engine's watermark is the minimum over the
@@ -24,9 +27,9 @@
 
 use crate::avro::SchemaRegistry;
 use crate::config::PipelineSpec;
-use crate::format::pane;
-use crate::pipeline::{Reason, Rejection, Step};
-use crate::record::DecodeError;
+use crate::format::pane::{self, KeyShape};
+use crate::pipeline::{Decoded, Reason, Rejection, Step};
+use crate::record::{DecodeError, Meta};
 use crate::source::decode::Decoder;
 use crate::state::store::StateStore;
 use crate::windowing::aggregate::AggSpec;
@@ -65,8 +68,10 @@ pub struct Summary {
     pub panes: u64,
     /// Dead letters written, reason `late`.
     pub late: u64,
-    /// Dead letters written, reason `malformed`.
+    /// Dead letters written for any other reason (`malformed`, `expression`, ...).
     pub malformed: u64,
+    /// Records the pipeline's filter rejected.
+    pub filtered: u64,
 }
 
 /// One input of a simulation: its name (in dead letters, and as the watermark source) and its
@@ -125,45 +130,89 @@ fn control(v: &Value) -> Option<Result<Control, String>> {
 enum Line {
     /// A control line, or why it is not a valid one.
     Control(Result<Control, String>),
-    /// A record that decoded or did not.
-    Record(Result<crate::record::Event, String>),
+    /// A record as the decoder left it.
+    Record(Decoded),
 }
 
-/// Reads one line: control lines are recognised by their `$` keys (JSON input) or as the JSON
-/// objects among base64 lines (Avro input); everything else goes through the run decoder.
-fn classify(decoder: &mut Decoder, line: &str, avro: bool) -> Result<Line, SimulateError> {
+/// A record wrapped with the Kafka record timestamp it would carry:
+/// `{"$record_timestamp": MS, "$value": VALUE}`, where `VALUE` is the JSON record (JSON input) or
+/// the base64 of its bytes (Avro input).
+const ENVELOPE_TIMESTAMP: &str = "$record_timestamp";
+
+/// Reads one line at processing time `now`: control lines and envelopes are recognised by their
+/// `$` keys (JSON input) or as the JSON objects among base64 lines (Avro input); records go
+/// through the run decoder. A record's Kafka timestamp is its envelope's, or else the clock's
+/// (as if the broker stamped it on arrival).
+fn classify(
+    decoder: &mut Decoder,
+    line: &str,
+    avro: bool,
+    now: i64,
+) -> Result<Line, SimulateError> {
+    let malformed = |detail: String| Ok(Line::Record(Err((Reason::Malformed, detail))));
     let maybe_control = if avro {
         line.trim_start().starts_with('{')
     } else {
-        line.contains("\"$watermark\"") || line.contains("\"$advance_processing_time\"")
+        line.contains("\"$watermark\"")
+            || line.contains("\"$advance_processing_time\"")
+            || line.contains("\"$record_timestamp\"")
     };
+    let mut meta = Meta {
+        record_timestamp: Some(now),
+        now,
+    };
+    let mut enveloped = None;
     if maybe_control {
         match serde_json::from_str::<Value>(line) {
-            Ok(v) => match control(&v) {
-                Some(c) => return Ok(Line::Control(c)),
-                None if avro => {
-                    return Ok(Line::Record(Err(
-                        "a JSON line among Avro records is not a control line".to_string(),
-                    )))
+            Ok(v) => match (control(&v), v.get(ENVELOPE_TIMESTAMP)) {
+                (Some(c), _) => return Ok(Line::Control(c)),
+                (None, Some(ts)) => {
+                    let ts = match control_value(ts, ENVELOPE_TIMESTAMP) {
+                        Ok(ts) => ts,
+                        Err(e) => return malformed(e),
+                    };
+                    meta.record_timestamp = Some(ts);
+                    enveloped = Some(match (v.get("$value"), avro) {
+                        (Some(Value::String(b64)), true) => match BASE64.decode(b64.trim()) {
+                            Ok(b) => b,
+                            Err(e) => return malformed(format!("not base64: {e}")),
+                        },
+                        (Some(value @ Value::Object(_)), false) => value.to_string().into_bytes(),
+                        _ => {
+                            return malformed(format!(
+                                "an envelope holds the record in \"$value\": {}",
+                                if avro {
+                                    "the base64 of its bytes"
+                                } else {
+                                    "a JSON object"
+                                }
+                            ))
+                        }
+                    });
                 }
-                None => {}
+                (None, None) if avro => {
+                    return malformed(
+                        "a JSON line among Avro records is not a control line".to_string(),
+                    )
+                }
+                (None, None) => {}
             },
-            Err(e) if avro => return Ok(Line::Record(Err(format!("not JSON: {e}")))),
+            Err(e) if avro => return malformed(format!("not JSON: {e}")),
             Err(_) => {}
         }
     }
-    let bytes = if avro {
-        match BASE64.decode(line.trim()) {
+    let bytes = match enveloped {
+        Some(b) => b,
+        None if avro => match BASE64.decode(line.trim()) {
             Ok(b) => b,
-            Err(e) => return Ok(Line::Record(Err(format!("not base64: {e}")))),
-        }
-    } else {
-        line.as_bytes().to_vec()
+            Err(e) => return malformed(format!("not base64: {e}")),
+        },
+        None => line.as_bytes().to_vec(),
     };
-    match decoder.decode(&bytes) {
+    match decoder.decode(&bytes, meta) {
         Ok(ev) => Ok(Line::Record(Ok(ev))),
         Err(DecodeError::Unavailable(e)) => Err(SimulateError::Decoder(e)),
-        Err(e) => Ok(Line::Record(Err(e.to_string()))),
+        Err(e) => Ok(Line::Record(Err((e.reason(), e.to_string())))),
     }
 }
 
@@ -206,7 +255,10 @@ pub fn run_inputs(
     let several = inputs.len() > 1;
     // No future-timestamp guard: the simulated clock starts at 0.
     let mut step = Step::open(&spec.engine, store, 0, &names, None, 0)?;
-    let aggregations = &spec.engine.aggregations;
+    let aggregations = (
+        spec.engine.aggregations.as_slice(),
+        KeyShape::of(spec.input.key.len()),
+    );
     let mut summary = Summary::default();
     let mut now: i64 = 0;
     let mut line_numbers = vec![0u64; inputs.len()];
@@ -270,7 +322,7 @@ pub fn run_inputs(
             // What the line is: a control line (handled here), or a record that decoded or not.
             let (line, decoded, extra) = match String::from_utf8(std::mem::take(&mut buf)) {
                 Ok(line) if line.trim().is_empty() => continue,
-                Ok(line) => match classify(&mut decoder, &line, avro)? {
+                Ok(line) => match classify(&mut decoder, &line, avro, now)? {
                     Line::Control(Ok(c)) => {
                         let fired = match c {
                             Control::Watermark(ms) => step.set_watermark(i, ms)?,
@@ -282,7 +334,9 @@ pub fn run_inputs(
                         write_panes(&mut summary, panes, fired, aggregations)?;
                         continue;
                     }
-                    Line::Control(Err(detail)) => (line, Err(detail), Value::Null),
+                    Line::Control(Err(detail)) => {
+                        (line, Err((Reason::Malformed, detail)), Value::Null)
+                    }
                     Line::Record(decoded) => (line, decoded, Value::Null),
                 },
                 // A line that is not UTF-8 cannot be an event: a dead letter that keeps its bytes.
@@ -292,13 +346,16 @@ pub fn run_inputs(
                     let extra = json!({"original_base64": BASE64.encode(&bytes)});
                     (
                         String::from_utf8_lossy(&bytes).into_owned(),
-                        Err(detail),
+                        Err((Reason::Malformed, detail)),
                         extra,
                     )
                 }
             };
-            let is_event = decoded.is_ok();
+            let is_event = matches!(decoded, Ok(Some(_)));
             let out = step.record(i, decoded, now)?;
+            if out.filtered {
+                summary.filtered += 1;
+            }
             if let Some(r) = out.rejection {
                 dead(&mut summary, &inputs[i].name, line_no, &line, r, extra)?;
             }
@@ -323,11 +380,11 @@ fn write_panes(
     summary: &mut Summary,
     out: &mut dyn Write,
     panes: Vec<Pane>,
-    aggregations: &[AggSpec],
+    (aggregations, shape): (&[AggSpec], KeyShape),
 ) -> std::io::Result<()> {
     for p in panes {
         summary.panes += 1;
-        writeln!(out, "{}", pane::to_json(&p, 0, aggregations))?;
+        writeln!(out, "{}", pane::to_json(&p, 0, aggregations, shape))?;
     }
     Ok(())
 }

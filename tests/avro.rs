@@ -15,7 +15,7 @@ use tidemark::avro::{decode_value, encode_value, parse_schema, Framing, SchemaRe
 use tidemark::config::{parse_raw, ConfigError, PipelineSpec};
 use tidemark::format::avro::{AvroEncoder, DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHEMA};
 use tidemark::format::dead_letter::DeadLetter;
-use tidemark::record::DecodeError;
+use tidemark::record::{DecodeError, Meta};
 use tidemark::source::decode::Decoder;
 use tidemark::windowing::assigner::Window;
 use tidemark::windowing::engine::{dedup_id, Pane};
@@ -54,6 +54,12 @@ field = "price"
     raw.validate().map(|(s, _)| s)
 }
 
+/// Decodes one record with the pipeline's decoder (no filter: every record is an event).
+fn decode(d: &mut Decoder, bytes: &[u8]) -> Result<tidemark::record::Event, DecodeError> {
+    d.decode(bytes, Meta::default())
+        .map(|e| e.expect("no filter"))
+}
+
 fn click(user: &str, ts: i64, price: f64) -> Value {
     Value::Record(vec![
         ("user_id".into(), Value::String(user.into())),
@@ -73,7 +79,7 @@ fn plain_avro_decodes_with_the_reader_schema() {
         click("u1", 1_000, 2.5),
     )
     .unwrap();
-    let e = d.decode_keyed(&bytes, "u1".into()).unwrap();
+    let e = decode(&mut d, &bytes).unwrap();
     assert_eq!(
         (e.key.as_str(), e.ts, e.values.clone()),
         ("u1", 1_000, vec![2.5])
@@ -112,7 +118,7 @@ fn confluent_framing_resolves_local_ids_and_evolves_both_ways() {
     ]);
     let b = encode_value(&parse_schema("old", old).unwrap(), Some(1), old_value).unwrap();
     assert_eq!(&b[..5], &[0, 0, 0, 0, 1], "magic byte and big-endian id");
-    let e = d.decode_keyed(&b, "u".into()).unwrap();
+    let e = decode(&mut d, &b).unwrap();
     assert_eq!((e.ts, e.values.clone()), (5, vec![0.0]));
 
     let new_value = Value::Record(vec![
@@ -126,7 +132,7 @@ fn confluent_framing_resolves_local_ids_and_evolves_both_ways() {
         ),
     ]);
     let b = encode_value(&parse_schema("new", new).unwrap(), Some(2), new_value).unwrap();
-    let e = d.decode_keyed(&b, "u".into()).unwrap();
+    let e = decode(&mut d, &b).unwrap();
     assert_eq!((e.ts, e.values.clone()), (6, vec![4.0]));
 
     let b = encode_value(
@@ -135,7 +141,7 @@ fn confluent_framing_resolves_local_ids_and_evolves_both_ways() {
         click("u", 7, 1.0),
     )
     .unwrap();
-    assert_eq!(d.decode_keyed(&b, "u".into()).unwrap().ts, 7);
+    assert_eq!(decode(&mut d, &b).unwrap().ts, 7);
 
     // Failures are decode errors, never panics: unknown id, no magic byte, truncated datum,
     // trailing garbage, plain bytes where framing is expected.
@@ -145,7 +151,7 @@ fn confluent_framing_resolves_local_ids_and_evolves_both_ways() {
         click("u", 1, 1.0),
     )
     .unwrap();
-    let err = d.decode_keyed(&unknown, "u".into()).unwrap_err();
+    let err = decode(&mut d, &unknown).unwrap_err();
     assert!(
         matches!(&err, DecodeError::Avro(m) if m.contains("unknown schema id 99")),
         "{err}"
@@ -153,23 +159,20 @@ fn confluent_framing_resolves_local_ids_and_evolves_both_ways() {
     let mut no_magic = b.clone();
     no_magic[0] = 1;
     assert!(matches!(
-        d.decode_keyed(&no_magic, "u".into()),
+        decode(&mut d, &no_magic),
         Err(DecodeError::Avro(_))
     ));
     assert!(matches!(
-        d.decode_keyed(&b[..b.len() - 3], "u".into()),
+        decode(&mut d, &b[..b.len() - 3]),
         Err(DecodeError::Avro(_))
     ));
     let mut trailing = b.clone();
     trailing.extend_from_slice(b"xx");
     assert!(matches!(
-        d.decode_keyed(&trailing, "u".into()),
+        decode(&mut d, &trailing),
         Err(DecodeError::Avro(_))
     ));
-    assert!(matches!(
-        d.decode_keyed(b"{}", "u".into()),
-        Err(DecodeError::Avro(_))
-    ));
+    assert!(matches!(decode(&mut d, b"{}"), Err(DecodeError::Avro(_))));
 }
 
 #[test]
@@ -201,7 +204,7 @@ fn a_missing_value_and_undecodable_bytes_are_errors() {
     ]);
     let b = encode_value(&schema, None, v).unwrap();
     assert_eq!(
-        d.decode_keyed(&b, "u".into()).unwrap_err(),
+        decode(&mut d, &b).unwrap_err(),
         DecodeError::MissingField("price".into())
     );
     for junk in [
@@ -209,7 +212,7 @@ fn a_missing_value_and_undecodable_bytes_are_errors() {
         b"",
         b"\x02",
     ] {
-        assert!(d.decode_keyed(junk, "u".into()).is_err());
+        assert!(decode(&mut d, junk).is_err());
     }
 }
 
@@ -231,7 +234,7 @@ fn timestamp_micros_become_milliseconds() {
         ("humidity".into(), Value::Union(0, Box::new(Value::Null))),
     ]);
     let b = encode_value(&schema_file("sensor_reading.avsc"), None, v).unwrap();
-    let e = d.decode_keyed(&b, "s1".into()).unwrap();
+    let e = decode(&mut d, &b).unwrap();
     assert_eq!((e.ts, e.values), (1_500, vec![21.5]));
 }
 
@@ -297,7 +300,7 @@ fn registry_ids_resolve_and_register_and_a_dead_registry_fails_at_start() {
         click("u", 9, 3.0),
     )
     .unwrap();
-    assert_eq!(d.decode_keyed(&b, "u".into()).unwrap().values, vec![3.0]);
+    assert_eq!(decode(&mut d, &b).unwrap().values, vec![3.0]);
     let unknown = encode_value(
         &schema_file("clickstream.avsc"),
         Some(77),
@@ -305,14 +308,14 @@ fn registry_ids_resolve_and_register_and_a_dead_registry_fails_at_start() {
     )
     .unwrap();
     assert!(matches!(
-        d.decode_keyed(&unknown, "u".into()),
+        decode(&mut d, &unknown),
         Err(DecodeError::Avro(m)) if m.contains("unknown schema id 77")
     ));
 
     // The registry goes away: a cached id still decodes; an id not cached yet is `Unavailable`
     // (the transaction is retried), not a dead letter.
     reg.down.store(true, std::sync::atomic::Ordering::SeqCst);
-    assert!(d.decode_keyed(&b, "u".into()).is_ok());
+    assert!(decode(&mut d, &b).is_ok());
     let b2 = encode_value(
         &schema_file("clickstream.avsc"),
         Some(2),
@@ -320,7 +323,7 @@ fn registry_ids_resolve_and_register_and_a_dead_registry_fails_at_start() {
     )
     .unwrap();
     assert!(matches!(
-        d.decode_keyed(&b2, "u".into()),
+        decode(&mut d, &b2),
         Err(DecodeError::Unavailable(_))
     ));
 

@@ -69,8 +69,8 @@ impl Simulate {
         let mut dead = writer(&self.dead_letter, Box::new(std::io::stderr()))?;
         let s = simulate::run_inputs(&spec, &store, inputs, &mut panes, &mut dead)?;
         eprintln!(
-            "simulate: {} lines, {} events, {} panes, {} late, {} malformed",
-            s.lines, s.events, s.panes, s.late, s.malformed
+            "simulate: {} lines, {} events, {} filtered, {} panes, {} late, {} other dead letters",
+            s.lines, s.events, s.filtered, s.panes, s.late, s.malformed
         );
         Ok(0)
     }

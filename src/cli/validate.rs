@@ -21,10 +21,16 @@ impl Validate {
                     println!("warning: {w}");
                 }
                 if let Some(k) = &spec.kafka {
-                    let key = spec.input.key.join(".");
-                    if k.repartition {
+                    let key = spec.input.key_text();
+                    if spec.input.key.is_empty() {
                         println!(
-                            "note: tidemark run groups {} by the field {key:?} through the repartition topic {:?} ({} partitions: kafka.repartition_partitions, or the largest input's count)",
+                            "note: the pipeline has no key: tidemark run sends every record of {} to one partition of the repartition topic {:?}, so one member windows them all",
+                            k.input_topics.join(", "),
+                            k.repartition_topic,
+                        );
+                    } else if k.repartition {
+                        println!(
+                            "note: tidemark run groups {} by {key} through the repartition topic {:?} ({} partitions: kafka.repartition_partitions, or the largest input's count)",
                             k.input_topics.join(", "),
                             k.repartition_topic,
                             k.repartition_partitions
@@ -32,7 +38,7 @@ impl Validate {
                         );
                     } else {
                         println!(
-                            "note: tidemark run groups {} by the field {key:?} where the records are: each record's Kafka key must equal it (kafka.repartition = false), or the record is dead-lettered as key_mismatch",
+                            "note: tidemark run groups {} by {key} where the records are: each record's Kafka key must equal it (kafka.repartition = false), or the record is dead-lettered as key_mismatch",
                             k.input_topics.join(", ")
                         );
                     }

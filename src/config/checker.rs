@@ -70,14 +70,6 @@ impl Checker {
             }
         }
     }
-
-    pub(super) fn path(&mut self, field: &str, raw: &str) -> Vec<String> {
-        let segs: Vec<String> = raw.split('.').map(str::to_string).collect();
-        if raw.is_empty() || segs.iter().any(|s| s.is_empty()) {
-            self.fail(field, format!("field path {raw:?} has an empty segment"));
-        }
-        segs
-    }
 }
 
 /// A size in bytes: digits, then optionally B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB

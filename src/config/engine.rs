@@ -189,6 +189,26 @@ impl RawConfig {
             0,
             false,
         );
+        let processing_time = self.input.time.as_deref() == Some("processing");
+        if processing_time {
+            for (field, set) in [
+                (
+                    "watermark.max_out_of_orderness",
+                    self.watermark.max_out_of_orderness.is_some(),
+                ),
+                (
+                    "watermark.idle_timeout",
+                    self.watermark.idle_timeout.is_some(),
+                ),
+            ] {
+                if set {
+                    c.fail(
+                        field,
+                        "with time = \"processing\" the watermark is the processing-time clock: remove it",
+                    );
+                }
+            }
+        }
         let idle = match &self.watermark.idle_timeout {
             None => Some(None),
             Some(raw) => c
@@ -248,6 +268,7 @@ impl RawConfig {
             watermark: WatermarkSpec {
                 max_out_of_orderness: ooo?,
                 idle_timeout: idle?,
+                processing_time,
             },
             trigger: TriggerSpec {
                 early_every: early?,
@@ -258,13 +279,10 @@ impl RawConfig {
         })
     }
 
-    /// `[[aggregations]]`: the valid aggregations, and the distinct numeric field paths they
-    /// read (aggregations refer to them by index).
-    pub(super) fn validate_aggregations(
-        &self,
-        c: &mut Checker,
-    ) -> (Vec<AggSpec>, Vec<Vec<String>>) {
-        let mut fields: Vec<Vec<String>> = Vec::new();
+    /// `[[aggregations]]`: the valid aggregations, and the distinct input expressions they
+    /// read, as written (aggregations refer to them by index; `validate_input` compiles them).
+    pub(super) fn validate_aggregations(&self, c: &mut Checker) -> (Vec<AggSpec>, Vec<String>) {
+        let mut fields: Vec<String> = Vec::new();
         let mut aggregations = Vec::new();
         if self.aggregations.is_empty() {
             c.fail("aggregations", "at least one aggregation is required");
@@ -314,10 +332,10 @@ impl RawConfig {
                     );
                     None
                 }
-                (Some(_), Some(path)) => {
-                    let segs = c.path(&format!("{at}.field"), path);
-                    let idx = fields.iter().position(|f| *f == segs).unwrap_or_else(|| {
-                        fields.push(segs);
+                (Some(_), Some(text)) => {
+                    let text = text.trim().to_string();
+                    let idx = fields.iter().position(|f| *f == text).unwrap_or_else(|| {
+                        fields.push(text);
                         fields.len() - 1
                     });
                     Some(idx)

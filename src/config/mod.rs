@@ -299,10 +299,46 @@ pub struct RawInput {
     /// Local Confluent schema ids: id → writer schema file.
     #[serde(default)]
     pub schema_ids: std::collections::BTreeMap<String, String>,
-    /// Dotted path of the grouping key (string or number).
-    pub key: String,
-    /// Dotted path of the event timestamp: epoch milliseconds or an RFC 3339 string.
-    pub timestamp: String,
+    /// Records for which this SQL expression is false or NULL are filtered out (counted, not
+    /// dead-lettered).
+    #[serde(default)]
+    pub filter: Option<String>,
+    /// The grouping key: one expression (`"user_id"`), several (`["page", "lower(country)"]`,
+    /// each an expression or `{ expr, alias }`), or none (`[]`: one group per window).
+    pub key: RawKey,
+    /// The event time: a field or expression (epoch milliseconds or an RFC 3339 string), or
+    /// `"$record_timestamp"` (the Kafka record's timestamp). Not with `time = "processing"`.
+    #[serde(default)]
+    pub timestamp: Option<String>,
+    /// `"event"` (default: the time `timestamp` says) or `"processing"` (the time a record is
+    /// read; the watermark is the processing-time clock).
+    #[serde(default)]
+    pub time: Option<String>,
+}
+
+/// The grouping key as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawKey {
+    /// One expression.
+    One(String),
+    /// Several parts, or none.
+    Parts(Vec<RawKeyPart>),
+}
+
+/// One key part as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawKeyPart {
+    /// An expression, named after its text.
+    Expr(String),
+    /// An expression with the name its column and field take.
+    Aliased {
+        /// The expression.
+        expr: String,
+        /// The part's name.
+        alias: String,
+    },
 }
 
 fn default_format() -> String {
@@ -385,7 +421,7 @@ pub struct RawAggregation {
     pub name: String,
     /// `count`, `sum`, `min`, `max` or `mean`.
     pub op: String,
-    /// Dotted path of the numeric input field (not for `count`).
+    /// The numeric input: a field path or a SQL expression (not for `count`).
     #[serde(default)]
     pub field: Option<String>,
 }
@@ -434,8 +470,8 @@ pub struct PipelineSpec {
 
 impl PipelineSpec {
     /// A fingerprint of everything that shapes state: window kind and sizes, allowed lateness,
-    /// watermark, trigger and accumulation, the aggregations' operations and fields, the key and
-    /// timestamp paths, the input format, and how records reach the windows (the repartition hop
+    /// watermark, trigger and accumulation, the aggregations' operations and inputs, the filter,
+    /// the key and the event time, the input format, and how records reach the windows (the repartition hop
     /// or the record key) from which input topics. Names of the pipeline and of aggregations,
     /// other Kafka settings, metrics and the output format are left out: changing them keeps the
     /// state valid.
@@ -452,6 +488,9 @@ impl PipelineSpec {
             "watermark={},{:?}",
             e.watermark.max_out_of_orderness, e.watermark.idle_timeout
         );
+        if e.watermark.processing_time {
+            let _ = writeln!(text, "time=processing");
+        }
         let _ = writeln!(
             text,
             "trigger={:?},{:?},{:?}",
@@ -462,11 +501,15 @@ impl PipelineSpec {
             let _ = writeln!(text, "early_count={n}");
         }
         for a in &e.aggregations {
-            let field = a.field.map(|i| self.input.fields[i].join("."));
+            let field = a.field.map(|i| self.input.fields[i].text.as_str());
             let _ = writeln!(text, "aggregation={:?},{:?}", a.op, field);
         }
-        let _ = writeln!(text, "key={}", self.input.key.join("."));
-        let _ = writeln!(text, "timestamp={}", self.input.timestamp.join("."));
+        // Written as a one-field pipeline always wrote them, so its state stays valid.
+        let _ = writeln!(text, "key={}", self.input.key_text());
+        let _ = writeln!(text, "timestamp={}", self.input.time_text());
+        if let Some(f) = &self.input.filter {
+            let _ = writeln!(text, "filter={}", f.text);
+        }
         let format = if self.avro_input.is_some() {
             "avro"
         } else {
@@ -622,6 +665,7 @@ fn apply_override(tree: &mut toml::Table, name: &str, value: &str) -> Result<(),
 
 mod checker;
 mod engine;
+mod input;
 mod io;
 mod kafka;
 mod validate;

@@ -1,6 +1,7 @@
 //! Tests of loading, overriding and validating pipeline files.
 
 use super::*;
+use crate::record::TimeSpec;
 use crate::windowing::assigner::WindowKind;
 use crate::windowing::trigger::LateFiring;
 
@@ -50,8 +51,10 @@ fn a_full_config_validates() {
         }
     );
     assert_eq!(spec.engine.allowed_lateness, 60_000);
-    assert_eq!(spec.input.key, vec!["user", "id"]);
-    assert_eq!(spec.input.fields, vec![vec!["amount".to_string()]]);
+    assert_eq!(spec.input.key_text(), "user.id");
+    assert_eq!(spec.input.key[0].value.expr.as_field(), Some("user.id"));
+    let fields: Vec<&str> = spec.input.fields.iter().map(|f| f.text.as_str()).collect();
+    assert_eq!(fields, ["amount"]);
     assert_eq!(spec.engine.aggregations[2].field, Some(0));
     assert_eq!(spec.engine.trigger.late, LateFiring::None);
     assert_eq!(spec.engine.watermark.idle_timeout, Some(30_000));
@@ -163,7 +166,7 @@ fn environment_overrides_the_file() {
             offset: 0
         }
     );
-    assert_eq!(spec.input.fields[0], vec!["price".to_string()]);
+    assert_eq!(spec.input.fields[0].text, "price");
     // An override naming an unknown key is an unknown key.
     let env = vec![("TIDEMARK__WINDOW__BOGUS".to_string(), "1".to_string())];
     assert!(parse_raw(GOOD, env)
@@ -307,6 +310,13 @@ fn the_fingerprint_follows_what_shapes_state_and_nothing_else() {
             "field = \"price\"\n[[aggregations]]",
         ),
         base.replace("key = \"user.id\"", "key = \"user.name\""),
+        base.replace("key = \"user.id\"", "key = [\"user.id\", \"page\"]"),
+        base.replace("key = \"user.id\"", "key = []"),
+        base.replace(
+            "key = \"user.id\"",
+            "key = \"user.id\"\nfilter = \"amount > 0\"",
+        ),
+        base.replace("timestamp = \"ts\"", "timestamp = \"$record_timestamp\""),
         base.replace(
             "max_out_of_orderness = \"5s\"",
             "max_out_of_orderness = \"6s\"",
@@ -398,6 +408,89 @@ fn global_windows_need_an_early_trigger_and_have_nothing_late() {
     // idle_expiry belongs to global windows only.
     let text = "name = \"x\"\n[input]\nkey = \"k\"\ntimestamp = \"t\"\n[window]\ntype = \"tumbling\"\nsize = \"1m\"\nidle_expiry = \"1h\"\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n";
     assert!(parse_raw(text, no_env()).is_err());
+}
+
+/// A pipeline file with this `[input]` body and aggregation field: its spec, or the fields of
+/// every violation.
+fn input(body: &str, field: &str) -> Result<PipelineSpec, Vec<String>> {
+    let text = format!(
+        "name = \"x\"\n[input]\n{body}\n[window]\ntype = \"tumbling\"\nsize = \"1m\"\n[[aggregations]]\nname = \"a\"\nop = \"sum\"\nfield = {field:?}\n"
+    );
+    match parse_raw(&text, no_env()).unwrap().validate() {
+        Ok((spec, _)) => Ok(spec),
+        Err(ConfigError::Invalid(v)) => Err(v.iter().map(|v| v.to_string()).collect()),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn keys_of_every_shape_filters_and_three_kinds_of_time_validate() {
+    let spec = input(
+        "filter = \"kind = 'click' AND NOT is_bot\"\nkey = [\"page\", { expr = \"lower(geo.country)\", alias = \"country\" }]\ntimestamp = \"$record_timestamp\"",
+        "price * qty",
+    )
+    .unwrap();
+    let names: Vec<&str> = spec.input.key.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["page", "country"]);
+    assert_eq!(spec.input.key_text(), r#"["page","lower(geo.country)"]"#);
+    assert_eq!(spec.input.time, TimeSpec::RecordTimestamp);
+    assert_eq!(spec.input.fields[0].text, "price * qty");
+    // Slots: every distinct path once.
+    let paths: Vec<String> = spec.input.paths.all().iter().map(|p| p.join(".")).collect();
+    assert_eq!(
+        paths,
+        ["kind", "is_bot", "page", "geo.country", "price", "qty"]
+    );
+
+    let none = input("key = []\ntime = \"processing\"", "v").unwrap();
+    assert!(none.input.key.is_empty());
+    assert_eq!(none.input.time, TimeSpec::Processing);
+    assert!(none.engine.watermark.processing_time);
+}
+
+#[test]
+fn every_input_problem_is_listed_with_its_text() {
+    let err = input(
+        "filter = \"kind = \"\nkey = [\"page\", \"sqrt(x)\", \"page\"]\ntimestamp = \"ts\"\ntime = \"processing\"",
+        "price *",
+    )
+    .unwrap_err();
+    let joined = err.join("\n");
+    for want in [
+        "input.filter: \"kind = \" is not a SQL expression",
+        "input.key[1]: \"sqrt(x)\": the function sqrt is not supported",
+        "input.key[2]: duplicate key part \"page\"",
+        "input.timestamp: time = \"processing\" windows records by arrival",
+        "aggregations[0].field: \"price *\" is not a SQL expression",
+    ] {
+        assert!(joined.contains(want), "missing {want:?} in\n{joined}");
+    }
+    let err = input("key = \"k\"", "v").unwrap_err();
+    assert!(err[0].starts_with("input.timestamp: required"), "{err:?}");
+    let err = input("key = \"k\"\ntime = \"wall\"", "v").unwrap_err();
+    assert!(
+        err.iter()
+            .any(|e| e.starts_with("input.time: unknown time \"wall\"")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn an_input_partitioned_by_its_key_needs_a_key_of_one_part() {
+    let text = format!("{GOOD}{KAFKA}").replace(
+        "dead_letter_topic = \"clicks-dead\"\n",
+        "dead_letter_topic = \"clicks-dead\"\nrepartition = false\n",
+    );
+    assert!(parse_raw(&text, no_env()).unwrap().validate().is_ok());
+    for key in ["key = []", "key = [\"a\", \"b\"]"] {
+        let text = text.replace("key = \"user.id\"", key);
+        let err = parse_raw(&text, no_env()).unwrap().validate().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("input.key: kafka.repartition = false needs a key of exactly one part"),
+            "{err}"
+        );
+    }
 }
 
 #[test]

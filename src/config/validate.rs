@@ -2,7 +2,7 @@
 //! violation, and assembles the typed [`PipelineSpec`] only when there are none.
 
 use super::checker::Checker;
-use super::{ConfigError, InputSpec, PipelineSpec, RawConfig};
+use super::{ConfigError, PipelineSpec, RawConfig};
 use crate::format::OutputFormat;
 
 impl RawConfig {
@@ -12,19 +12,13 @@ impl RawConfig {
         if self.name.trim().is_empty() {
             c.fail("name", "must not be empty");
         }
-        let key = c.path("input.key", &self.input.key);
-        let timestamp = c.path("input.timestamp", &self.input.timestamp);
         let window = self.validate_window(&mut c);
         let timing = self.validate_timing(&mut c);
         let (aggregations, fields) = self.validate_aggregations(&mut c);
         self.validate_trigger_for_window(window, timing.as_ref(), &mut c);
         let kafka = self.kafka.as_ref().map(|k| self.validate_kafka(k, &mut c));
-        let input = InputSpec {
-            key,
-            timestamp,
-            fields,
-        };
-        let avro_input = self.validate_avro_input(&input, &mut c);
+        let input = self.validate_input(&fields, &mut c);
+        let avro_input = self.validate_avro_input(input.as_ref(), &mut c);
         let output_format = self.validate_output(&mut c);
         let schema_registry = self.validate_registry(&mut c);
         let metrics_address = self.validate_metrics(&mut c);
@@ -32,7 +26,7 @@ impl RawConfig {
         if !c.violations.is_empty() {
             return Err(ConfigError::Invalid(c.violations));
         }
-        let (Some(window), Some(timing)) = (window, timing) else {
+        let (Some(window), Some(timing), Some(input)) = (window, timing, input) else {
             unreachable!("every None above recorded a violation")
         };
         Ok((

@@ -22,7 +22,6 @@ use crate::format::dead_letter::DeadLetter;
 use crate::format::hop::{self, Decoded, Origin};
 use crate::kafka::raw_log::RawRecord;
 use crate::pipeline::{Checked, Reason};
-use crate::record::DecodeError;
 use crate::windowing::spec::Event;
 use crate::windowing::watermark::SourceWatermark;
 use rdkafka::message::{BorrowedMessage, Message};
@@ -58,16 +57,13 @@ impl Core {
             self.batch.fired_at.push(appended);
             return self.send(record);
         };
-        let decoded = match msg.payload() {
-            None => Err("record has no value".to_string()),
-            Some(v) => match self.decoder.decode(v) {
-                // Not the record's fault (the registry is down): retry the transaction.
-                Err(DecodeError::Unavailable(e)) => return Err(CycleError::Abortable(e)),
-                other => other.map_err(|e| e.to_string()),
-            },
-        };
+        let decoded = super::process::decode(&mut self.decoder, msg, now)?;
         let src = self.sources.get_mut(&(topic, p)).expect("looked up above");
         match src.front.check(decoded, now) {
+            Checked::Filtered => {
+                self.batch.filtered(msg.topic());
+                Ok(())
+            }
             Checked::Event(ev) => {
                 let appended = msg.timestamp().to_millis().unwrap_or(now);
                 src.last_appended = src.last_appended.max(appended);
@@ -316,7 +312,7 @@ impl Core {
             .fields
             .iter()
             .zip(&ev.values)
-            .map(|(path, v)| (path.join("."), serde_json::Value::from(*v)))
+            .map(|(f, v)| (f.text.clone(), serde_json::Value::from(*v)))
             .collect();
         serde_json::json!({ "key": ev.key, "timestamp": ev.ts, "fields": fields }).to_string()
     }

@@ -9,8 +9,8 @@ use crate::clock::wall_ms;
 use crate::format::dead_letter::DeadLetter;
 use crate::format::pane;
 use crate::kafka::raw_log::Peeker;
-use crate::pipeline::{Reason, Rejection};
-use crate::record::DecodeError;
+use crate::pipeline::{Decoded, Reason, Rejection};
+use crate::record::{DecodeError, Meta};
 use crate::windowing::engine::Pane;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::BaseRecord;
@@ -113,21 +113,14 @@ impl Core {
             );
         }
         part.first_seen.get_or_insert(offset);
-        let decoded = match msg.payload() {
-            None => Err("record has no value".to_string()),
-            Some(v) => match self.decoder.decode(v) {
-                // Not the record's fault (the registry is down): retry the transaction.
-                Err(DecodeError::Unavailable(e)) => return Err(CycleError::Abortable(e)),
-                other => other.map_err(|e| e.to_string()),
-            },
-        };
+        let decoded = decode(&mut self.decoder, msg, now)?;
         part.next_offset = Some(offset + 1);
         part.batch_in += 1;
         self.batch_records += 1;
         self.dirty = true;
         let epoch = part.epoch;
         let mismatch = match (&decoded, msg.key()) {
-            (Ok(ev), key) if key != Some(ev.key.as_bytes()) => Some(format!(
+            (Ok(Some(ev)), key) if key != Some(ev.key.as_bytes()) => Some(format!(
                 "the record key {:?} is not the grouping key {:?}, but kafka.repartition = false declares the input partitioned by it",
                 key.map(String::from_utf8_lossy),
                 ev.key
@@ -142,7 +135,7 @@ impl Core {
                         reason: Reason::KeyMismatch,
                         detail,
                         watermark: (wm != i64::MIN).then_some(wm),
-                        event_time: decoded.as_ref().ok().map(|e| e.ts),
+                        event_time: decoded.as_ref().ok().and_then(Option::as_ref).map(|e| e.ts),
                         late_by_ms: None,
                     }),
                     ..Default::default()
@@ -153,6 +146,9 @@ impl Core {
                 .record(0, decoded, now)
                 .map_err(|e| CycleError::Fatal(e.to_string()))?,
         };
+        if out.filtered {
+            self.batch.filtered(msg.topic());
+        }
         if let Some(behind) = out.behind_watermark_ms {
             self.lateness.record(behind as f64 / 1000.0);
         }
@@ -301,4 +297,26 @@ fn dead_letter_of(
         detail: r.detail,
         epoch,
     }
+}
+
+/// Decodes an input record at processing time `now` for the record step: its event, `None`
+/// when the pipeline's filter rejects it, or why it cannot be used. A Schema Registry that
+/// cannot be reached is not the record's fault: the transaction is aborted and retried.
+pub(super) fn decode(
+    decoder: &mut crate::source::decode::Decoder,
+    msg: &BorrowedMessage<'_>,
+    now: i64,
+) -> Result<Decoded, CycleError> {
+    let meta = Meta {
+        record_timestamp: msg.timestamp().to_millis(),
+        now,
+    };
+    Ok(match msg.payload() {
+        None => Err((Reason::Malformed, "record has no value".to_string())),
+        Some(v) => match decoder.decode(v, meta) {
+            Err(DecodeError::Unavailable(e)) => return Err(CycleError::Abortable(e)),
+            Err(e) => Err((e.reason(), e.to_string())),
+            Ok(ev) => Ok(ev),
+        },
+    })
 }

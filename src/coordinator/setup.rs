@@ -6,6 +6,7 @@ use super::Mode;
 use crate::avro::{Framing, SchemaRegistry};
 use crate::config::{KafkaSpec, PipelineSpec};
 use crate::format::avro::{DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHEMA};
+use crate::format::pane::KeyShape;
 use crate::format::{Encoder, OutputFormat};
 use crate::source::decode::Decoder;
 use crate::state::store::{StateStore, StoreConfig};
@@ -222,7 +223,8 @@ pub(super) fn codecs(spec: &PipelineSpec, k: &KafkaSpec) -> Result<(Decoder, Enc
     let decoder =
         Decoder::for_spec(spec, registry.clone()).map_err(|e| RunError::Startup(e.to_string()))?;
     let encoder = match &spec.output_format {
-        OutputFormat::Json => Encoder::json(&spec.engine.aggregations),
+        OutputFormat::Json => Encoder::json(&spec.engine.aggregations)
+            .with_key_shape(KeyShape::of(spec.input.key.len())),
         OutputFormat::Avro {
             framing,
             pane_schema_id,

@@ -49,6 +49,18 @@ pub(super) struct BatchOutcome {
     pub(super) fired_at: Vec<i64>,
     /// Watermark records of the hop applied by the second stage.
     pub(super) hop_watermarks: u64,
+    /// Records the pipeline's filter rejected, by input topic.
+    pub(super) filtered: Vec<(String, u64)>,
+}
+
+impl BatchOutcome {
+    /// Counts a record of `topic` that the pipeline's filter rejected.
+    pub(super) fn filtered(&mut self, topic: &str) {
+        match self.filtered.iter_mut().find(|(t, _)| t == topic) {
+            Some((_, n)) => *n += 1,
+            None => self.filtered.push((topic.to_string(), 1)),
+        }
+    }
 }
 
 impl Core {
@@ -66,6 +78,9 @@ impl Core {
         }
         if batch.hop_watermarks > 0 {
             counter!(m::HOP_WATERMARK_RECORDS).increment(batch.hop_watermarks);
+        }
+        for (topic, n) in batch.filtered {
+            counter!(m::RECORDS_FILTERED, "topic" => topic).increment(n);
         }
         for reason in batch.dead_letters {
             counter!(m::DEAD_LETTERS, "reason" => reason).increment(1);

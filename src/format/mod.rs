@@ -53,6 +53,8 @@ impl OutputFormat {
 #[derive(Debug)]
 pub struct Encoder {
     aggregations: Vec<AggSpec>,
+    /// How JSON panes write the key.
+    key_shape: pane::KeyShape,
     /// The Avro encoder; `None` for JSON output.
     avro: Option<avro::AvroEncoder>,
 }
@@ -62,8 +64,16 @@ impl Encoder {
     pub fn json(aggregations: &[AggSpec]) -> Encoder {
         Encoder {
             aggregations: aggregations.to_vec(),
+            key_shape: pane::KeyShape::One,
             avro: None,
         }
+    }
+
+    /// The encoder, writing JSON panes' keys as `shape` says (Avro panes carry the key's
+    /// canonical text in their string field whatever its shape).
+    pub fn with_key_shape(mut self, shape: pane::KeyShape) -> Encoder {
+        self.key_shape = shape;
+        self
     }
 
     /// An Avro encoder with the schema ids written under Confluent framing.
@@ -75,6 +85,7 @@ impl Encoder {
     ) -> Result<Encoder, AvroError> {
         Ok(Encoder {
             aggregations: aggregations.to_vec(),
+            key_shape: pane::KeyShape::One,
             avro: Some(avro::AvroEncoder::new(
                 framing,
                 pane_schema_id,
@@ -86,7 +97,7 @@ impl Encoder {
     /// A pane's record value.
     pub fn pane(&self, p: &Pane, epoch: u64) -> Result<Vec<u8>, AvroError> {
         match &self.avro {
-            None => Ok(pane::to_json(p, epoch, &self.aggregations).into_bytes()),
+            None => Ok(pane::to_json(p, epoch, &self.aggregations, self.key_shape).into_bytes()),
             Some(enc) => enc.pane(p, epoch, &self.aggregations),
         }
     }

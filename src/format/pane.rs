@@ -85,11 +85,42 @@ pub fn write_number(out: &mut String, v: f64) {
     }
 }
 
-/// Encodes a pane of replay epoch `epoch` as one line of JSON (without the newline).
-pub fn to_json(pane: &Pane, epoch: u64, aggregations: &[AggSpec]) -> String {
+/// How a pane's grouping key is written in JSON, from the number of key parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyShape {
+    /// No key: `null`.
+    None,
+    /// One part: its value as a string.
+    #[default]
+    One,
+    /// Several parts: the JSON array of their values (the key's canonical encoding is that
+    /// array's text).
+    Many,
+}
+
+impl KeyShape {
+    /// The shape of a key of `parts` parts.
+    pub fn of(parts: usize) -> KeyShape {
+        match parts {
+            0 => KeyShape::None,
+            1 => KeyShape::One,
+            _ => KeyShape::Many,
+        }
+    }
+}
+
+/// Encodes a pane of replay epoch `epoch` as one line of JSON (without the newline), its key
+/// written as `shape` says.
+pub fn to_json(pane: &Pane, epoch: u64, aggregations: &[AggSpec], shape: KeyShape) -> String {
     let mut out = String::with_capacity(160);
     out.push_str("{\"key\":");
-    out.push_str(&Value::from(pane.key.as_str()).to_string());
+    match shape {
+        KeyShape::None => out.push_str("null"),
+        KeyShape::Many if serde_json::from_str::<Vec<Value>>(&pane.key).is_ok() => {
+            out.push_str(&pane.key)
+        }
+        _ => out.push_str(&Value::from(pane.key.as_str()).to_string()),
+    }
     let _ = write!(
         out,
         ",\"window_start\":{},\"window_end\":{},\"timing\":\"{}\",\"pane_index\":{},\"dedup_id\":\"{}\",\"epoch\":{},\"count\":{}",
@@ -172,8 +203,16 @@ impl PaneRecord {
             .collect();
         aggregates.sort_by(|a, b| a.0.cmp(&b.0));
         let timing = text("timing")?;
+        // The canonical key: a string as is; several parts (an array) as the array's text; no
+        // key (null) as the empty string.
+        let key = match o.get("key") {
+            Some(Value::String(k)) => k.clone(),
+            Some(Value::Null) => String::new(),
+            Some(parts @ Value::Array(_)) => parts.to_string(),
+            _ => return Err("field key missing or not a string, an array or null".to_string()),
+        };
         Ok(PaneRecord {
-            key: text("key")?.to_string(),
+            key,
             window_start: int("window_start")?,
             window_end: int("window_end")?,
             timing: Timing::parse(timing).ok_or_else(|| format!("unknown timing {timing:?}"))?,
@@ -240,7 +279,7 @@ mod tests {
     fn pane_json_has_fixed_field_order_and_nulls() {
         let pane = pane();
         assert_eq!(
-            to_json(&pane, 0, &aggs()),
+            to_json(&pane, 0, &aggs(), KeyShape::One),
             format!(
                 r#"{{"key":"u\"1","window_start":0,"window_end":60000,"timing":"ON_TIME","pane_index":0,"dedup_id":"{}","epoch":0,"count":0,"s":3,"lo":null,"avg":2.5}}"#,
                 pane.dedup_id
@@ -251,7 +290,7 @@ mod tests {
     #[test]
     fn a_pane_reads_back_as_written() {
         let pane = pane();
-        let v: Value = serde_json::from_str(&to_json(&pane, 3, &aggs())).unwrap();
+        let v: Value = serde_json::from_str(&to_json(&pane, 3, &aggs(), KeyShape::One)).unwrap();
         let r = PaneRecord::from_json(&v).unwrap();
         assert_eq!(
             r,

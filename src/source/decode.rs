@@ -2,13 +2,13 @@
 
 use crate::avro::{AvroDecoder, AvroError, SchemaRegistry};
 use crate::config::PipelineSpec;
-use crate::record::{DecodeError, Event, JsonDecoder};
+use crate::record::{DecodeError, Event, JsonDecoder, Meta};
 
 /// Decodes input records in the pipeline's format.
 #[derive(Debug)]
 pub enum Decoder {
     /// JSON objects.
-    Json(JsonDecoder),
+    Json(Box<JsonDecoder>),
     /// Avro, plain or Confluent-framed.
     Avro(Box<AvroDecoder>),
 }
@@ -20,7 +20,7 @@ impl Decoder {
         registry: Option<SchemaRegistry>,
     ) -> Result<Decoder, AvroError> {
         Ok(match &spec.avro_input {
-            None => Decoder::Json(JsonDecoder::new(spec.input.clone())),
+            None => Decoder::Json(Box::new(JsonDecoder::new(spec.input.clone()))),
             Some(avro) => Decoder::Avro(Box::new(AvroDecoder::new(
                 spec.input.clone(),
                 avro,
@@ -29,19 +29,11 @@ impl Decoder {
         })
     }
 
-    /// Decodes a record value; the grouping key is its `[input] key` field.
-    pub fn decode(&mut self, bytes: &[u8]) -> Result<Event, DecodeError> {
+    /// Decodes a record value: the event, or `None` when the pipeline's filter rejects it.
+    pub fn decode(&mut self, bytes: &[u8], meta: Meta) -> Result<Option<Event>, DecodeError> {
         match self {
-            Decoder::Json(d) => d.decode(bytes),
-            Decoder::Avro(d) => d.decode(bytes, None),
-        }
-    }
-
-    /// Decodes a record value whose grouping key is the record key.
-    pub fn decode_keyed(&mut self, bytes: &[u8], key: String) -> Result<Event, DecodeError> {
-        match self {
-            Decoder::Json(d) => d.decode_keyed(bytes, key),
-            Decoder::Avro(d) => d.decode(bytes, Some(key)),
+            Decoder::Json(d) => d.decode(bytes, meta),
+            Decoder::Avro(d) => d.decode(bytes, meta),
         }
     }
 }

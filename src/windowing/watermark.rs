@@ -25,6 +25,9 @@ pub struct WatermarkSpec {
     pub max_out_of_orderness: i64,
     /// Idle timeout in milliseconds, if any.
     pub idle_timeout: Option<i64>,
+    /// Processing time: events are stamped with their arrival, and the watermark is the
+    /// processing-time clock itself, moving with it whether records arrive or not.
+    pub processing_time: bool,
 }
 
 /// Tracks one input's watermark.
@@ -108,6 +111,10 @@ impl WatermarkTracker {
     /// because its records are slow to arrive, or its reader is busy elsewhere, keeps its
     /// watermark, or its backlog would be late when it comes.
     pub fn on_processing_time(&mut self, now: Millis, caught_up: bool) -> Millis {
+        if self.spec.processing_time && !self.manual {
+            self.current = self.current.max(now);
+            return self.current;
+        }
         if self.manual || !caught_up {
             return self.current;
         }
@@ -272,7 +279,21 @@ mod tests {
         WatermarkSpec {
             max_out_of_orderness: ooo,
             idle_timeout: idle,
+            processing_time: false,
         }
+    }
+
+    #[test]
+    fn under_processing_time_the_watermark_is_the_clock() {
+        let mut w = WatermarkTracker::new(WatermarkSpec {
+            processing_time: true,
+            ..spec(0, None)
+        });
+        // Without a record, and while records wait to be read.
+        assert_eq!(w.on_processing_time(1_000, false), 1_000);
+        assert_eq!(w.on_record(1_500, 1_500), 1_500);
+        assert_eq!(w.on_processing_time(1_200, true), 1_500);
+        assert_eq!(w.on_processing_time(9_000, true), 9_000);
     }
 
     #[test]
