@@ -246,3 +246,340 @@ fn the_dataflow_examples_run_as_the_pipeline_reference_says() {
         )
     );
 }
+
+/// The pipelines of `examples/guides/`, checked against a plain fold of their input.
+mod guides {
+    use super::*;
+    use serde_json::Value;
+    use std::collections::BTreeMap;
+
+    const SECOND: i64 = 1_000;
+
+    /// How a guide pipeline reads a record, written out by hand: whether the filter keeps it,
+    /// its key, and its aggregation input (`None` when it cannot be evaluated).
+    struct Reading {
+        keep: fn(&Value) -> bool,
+        key: fn(&Value) -> Value,
+        input: fn(&Value) -> Option<f64>,
+    }
+
+    /// One window's fold: count, sum, min and max of the input.
+    #[derive(Debug, Default, Clone, PartialEq)]
+    struct Fold {
+        count: u64,
+        sum: f64,
+        min: Option<f64>,
+        max: Option<f64>,
+    }
+
+    /// Folds `events.jsonl` as the pipeline must: records in file order, the watermark the
+    /// largest event time so far minus `ooo`, a record late when every window of it ended
+    /// `lateness` or more before the watermark. Returns the fold per (key, window start) and
+    /// the dead letters the pipeline must write: (late, other).
+    fn fold(
+        r: &Reading,
+        size: i64,
+        slide: i64,
+        ooo: i64,
+        lateness: i64,
+    ) -> (BTreeMap<(String, i64), Fold>, usize, usize) {
+        let text = std::fs::read_to_string(root().join("examples/guides/events.jsonl")).unwrap();
+        let mut out: BTreeMap<(String, i64), Fold> = BTreeMap::new();
+        let (mut late, mut other) = (0, 0);
+        let mut max_ts = i64::MIN;
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<Value>(line) else {
+                other += 1;
+                continue;
+            };
+            if !(r.keep)(&v) {
+                continue;
+            }
+            let Some(x) = (r.input)(&v) else {
+                other += 1;
+                continue;
+            };
+            let ts = v["ts"].as_i64().unwrap();
+            let wm = max_ts.saturating_sub(ooo);
+            let first = (ts - size).div_euclid(slide) * slide + slide;
+            let starts: Vec<i64> = (0..)
+                .map(|i| first + i * slide)
+                .take_while(|s| *s <= ts)
+                .collect();
+            if starts.iter().all(|s| s + size + lateness <= wm) {
+                late += 1;
+                continue;
+            }
+            max_ts = max_ts.max(ts);
+            let key = (r.key)(&v).to_string();
+            for s in starts {
+                if s + size + lateness <= wm {
+                    continue;
+                }
+                let f = out.entry((key.clone(), s)).or_default();
+                f.count += 1;
+                f.sum += x;
+                f.min = Some(f.min.map_or(x, |m| m.min(x)));
+                f.max = Some(f.max.map_or(x, |m| m.max(x)));
+            }
+        }
+        (out, late, other)
+    }
+
+    /// The last pane of every (key, window start) of a simulation, and its dead letters by
+    /// reason.
+    fn last_panes(pipeline: &str) -> (BTreeMap<(String, i64), Value>, BTreeMap<String, usize>) {
+        let (panes, dead) = simulate_example(&format!("guides/{pipeline}"), "guides/events.jsonl");
+        let mut last = BTreeMap::new();
+        for l in panes.lines() {
+            let v: Value = serde_json::from_str(l).unwrap();
+            last.insert(
+                (v["key"].to_string(), v["window_start"].as_i64().unwrap()),
+                v,
+            );
+        }
+        let mut reasons = BTreeMap::new();
+        for l in dead.lines() {
+            let v: Value = serde_json::from_str(l).unwrap();
+            *reasons
+                .entry(v["reason"].as_str().unwrap().to_string())
+                .or_default() += 1;
+        }
+        (last, reasons)
+    }
+
+    fn number(v: &Value) -> Option<f64> {
+        v.as_f64()
+    }
+
+    fn spend(v: &Value) -> Option<f64> {
+        Some(v["price"].as_f64()? * v["quantity"].as_f64()?)
+    }
+
+    #[test]
+    fn the_clickstream_per_page_is_the_fold_of_its_input() {
+        let reading = Reading {
+            keep: |_| true,
+            key: |v| v["page"].clone(),
+            input: spend,
+        };
+        let (want, late, other) = fold(
+            &reading,
+            60 * SECOND,
+            60 * SECOND,
+            10 * SECOND,
+            300 * SECOND,
+        );
+        let (got, reasons) = last_panes("clickstream.toml");
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>()
+        );
+        for (k, f) in &want {
+            let p = &got[k];
+            assert_eq!(p["events"].as_u64(), Some(f.count), "{k:?}");
+            assert_eq!(p["revenue"].as_f64(), Some(f.sum), "{k:?}");
+        }
+        assert_eq!(reasons.get("late").copied().unwrap_or(0), late);
+        assert_eq!(reasons.get("expression"), Some(&1), "{reasons:?}");
+        assert_eq!(reasons.values().sum::<usize>(), late + other);
+        // The late click two minutes behind fired a LATE pane: nothing accepted is dropped.
+        let (panes, _) = simulate_example("guides/clickstream.toml", "guides/events.jsonl");
+        assert!(panes.contains("\"timing\":\"LATE\""));
+    }
+
+    #[test]
+    fn the_global_sliding_max_mean_min_has_no_key() {
+        let reading = Reading {
+            keep: |_| true,
+            key: |_| Value::Null,
+            input: |v| number(&v["price"]),
+        };
+        let (want, late, other) = fold(&reading, 30 * SECOND, 5 * SECOND, 10 * SECOND, 0);
+        let (got, reasons) = last_panes("global-sliding.toml");
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>()
+        );
+        for (k, f) in &want {
+            let p = &got[k];
+            assert_eq!(p["key"], Value::Null);
+            assert_eq!(p["count"].as_u64(), Some(f.count), "{k:?}");
+            assert_eq!(p["max_price"].as_f64(), f.max, "{k:?}");
+            assert_eq!(p["min_price"].as_f64(), f.min, "{k:?}");
+            let mean = p["mean_price"].as_f64().unwrap();
+            assert!((mean - f.sum / f.count as f64).abs() < 1e-9, "{k:?}");
+        }
+        assert_eq!(reasons.get("late").copied().unwrap_or(0), late);
+        assert_eq!(reasons.values().sum::<usize>(), late + other);
+    }
+
+    #[test]
+    fn clicks_per_page_and_country_skip_bots_and_fold_case() {
+        let reading = Reading {
+            keep: |v| {
+                v["kind"] == "click" && !v["user_agent"].as_str().is_some_and(|a| a.contains("bot"))
+            },
+            key: |v| {
+                serde_json::json!([
+                    v["page"],
+                    v["geo"]["country"].as_str().map(str::to_lowercase)
+                ])
+            },
+            input: spend,
+        };
+        let (want, late, other) = fold(
+            &reading,
+            60 * SECOND,
+            60 * SECOND,
+            10 * SECOND,
+            300 * SECOND,
+        );
+        let (got, reasons) = last_panes("page-country.toml");
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>()
+        );
+        for (k, f) in &want {
+            let p = &got[k];
+            assert!(p["key"].is_array(), "{p}");
+            assert_eq!(p["clicks"].as_u64(), Some(f.count), "{k:?}");
+            assert_eq!(p["spend"].as_f64(), Some(f.sum), "{k:?}");
+        }
+        assert!(
+            !got.keys().any(|(k, _)| k.contains("\"DE\"")),
+            "case folded"
+        );
+        assert_eq!(reasons.get("late").copied().unwrap_or(0), late);
+        assert_eq!(reasons.values().sum::<usize>(), late + other);
+        // The filter's rejections are counted, not dead-lettered.
+        let out = tidemark()
+            .args(["simulate", "--config"])
+            .arg(root().join("examples/guides/page-country.toml"))
+            .arg("--input")
+            .arg(root().join("examples/guides/events.jsonl"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let text = std::fs::read_to_string(root().join("examples/guides/events.jsonl")).unwrap();
+        let rejected = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| !(reading.keep)(v))
+            .count();
+        assert!(err.contains(&format!(" {rejected} filtered,")), "{err}");
+    }
+
+    #[test]
+    fn processing_time_windows_by_arrival() {
+        let (panes, dead) =
+            simulate_example("guides/processing-time.toml", "guides/arrivals.jsonl");
+        assert_eq!(dead, "");
+        let got: Vec<(String, i64, String, u64)> = panes
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                (
+                    v["key"].as_str().unwrap().to_string(),
+                    v["window_start"].as_i64().unwrap(),
+                    v["timing"].as_str().unwrap().to_string(),
+                    v["records"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let p = |k: &str, s: i64, n: u64| (k.to_string(), s, "ON_TIME".to_string(), n);
+        // Three records at 0 s and two at 30 s land in [0, 60 s); one at 70 s in [60 s, 120 s);
+        // one at 130 s in [120 s, 180 s). The first window fires when the clock passes 60 s.
+        assert_eq!(
+            got,
+            vec![
+                p("u1", 0, 3),
+                p("u2", 0, 2),
+                p("u1", 60_000, 1),
+                p("u3", 120_000, 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn explain_prints_every_stage_of_the_plan() {
+        let out = tidemark()
+            .args(["explain", "--config"])
+            .arg(root().join("examples/guides/page-country.toml"))
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        for want in [
+            "decode      JSON, reading kind, user_agent, page, geo.country, ts, price, quantity",
+            "filter      keep records where kind = 'click' AND user_agent NOT LIKE '%bot%'",
+            "key         page, lower(geo.country) AS country",
+            "time        event time from ts",
+            "window      tumbling 1m, allowed lateness 5m",
+            "aggregates  clicks = count(*); spend = sum(price * quantity)",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
+}
+
+/// `$record_timestamp` in `simulate`: an envelope line carries the record's Kafka timestamp;
+/// a bare line takes the clock's. A filter that rejects everything gives no pane and no dead
+/// letter.
+#[test]
+fn simulate_gives_records_their_kafka_timestamp_and_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    let pipeline = "name = \"rt\"\n[input]\nkey = \"k\"\ntimestamp = \"$record_timestamp\"\n[window]\ntype = \"tumbling\"\nsize = \"10s\"\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n";
+    std::fs::write(&cfg, pipeline).unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(
+        &input,
+        "{\"$record_timestamp\": 12000, \"$value\": {\"k\": \"a\"}}\n{\"$advance_processing_time\": 25000}\n{\"k\": \"b\"}\n{\"$record_timestamp\": \"soon\", \"$value\": {\"k\": \"c\"}}\n",
+    )
+    .unwrap();
+    let run = |cfg: &std::path::Path| {
+        let out = tidemark()
+            .args(["simulate", "--config"])
+            .arg(cfg)
+            .arg("--input")
+            .arg(&input)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let (panes, err) = run(&cfg);
+    let windows: Vec<(String, i64)> = panes
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["key"].as_str().unwrap().to_string(),
+                v["window_start"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        windows,
+        vec![("a".to_string(), 10_000), ("b".to_string(), 20_000)]
+    );
+    assert!(
+        err.contains("$record_timestamp must be an integer"),
+        "{err}"
+    );
+    std::fs::write(
+        &cfg,
+        pipeline.replace("[window]", "filter = \"FALSE\"\n[window]"),
+    )
+    .unwrap();
+    let (panes, err) = run(&cfg);
+    assert_eq!(panes, "");
+    assert!(
+        err.contains(" 2 filtered,") && err.contains(", 1 other dead letters"),
+        "{err}"
+    );
+}

@@ -3,6 +3,7 @@
 //! only here and in `main`.
 //!
 //! * [`validate`] — check a pipeline file;
+//! * [`explain`] — print the plan a pipeline file builds;
 //! * [`simulate`] — a pipeline over files of events, without Kafka;
 //! * [`run`] — a member of the pipeline's consumer group;
 //! * [`replay`] — move a stopped pipeline back to earlier offsets, in a new epoch;
@@ -13,6 +14,7 @@
 //! * [`probe`] — a container health check.
 
 pub mod audit;
+pub mod explain;
 pub mod probe;
 pub mod produce;
 pub mod replay;
@@ -61,6 +63,9 @@ pub enum LogFormat {
 pub enum Command {
     /// Check a pipeline file and print every problem found.
     Validate(validate::Validate),
+    /// Print the plan a pipeline file builds: decoded fields, filter, key, time, window,
+    /// trigger, aggregates with their inputs, topology and outputs.
+    Explain(explain::Explain),
     /// Run a pipeline over a file of events, without Kafka.
     Simulate(simulate::Simulate),
     /// Run the pipeline as a member of its Kafka consumer group, exactly once.
@@ -164,6 +169,7 @@ fn stop_on_signal() -> Arc<AtomicBool> {
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Validate(c) => c.execute(),
+        Command::Explain(c) => c.execute(),
         Command::Simulate(c) => c.execute(),
         Command::Run(c) => c.execute(),
         Command::Replay(c) => c.execute(),

@@ -1,0 +1,265 @@
+//! `tidemark explain`: prints the plan a pipeline file builds, stage by stage, as `simulate` and
+//! `run` execute it.
+
+use crate::config::{self, PipelineSpec};
+use crate::record::TimeSpec;
+use crate::windowing::aggregate::AggOp;
+use crate::windowing::assigner::WindowKind;
+use crate::windowing::trigger::{Accumulation, LateFiring};
+use clap::Args;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// Print the plan a pipeline file builds.
+#[derive(Debug, Args)]
+pub struct Explain {
+    /// The pipeline file (TOML).
+    #[arg(long)]
+    config: PathBuf,
+}
+
+impl Explain {
+    /// Prints the plan (exit status 0), or every violation (exit status 2).
+    pub fn execute(self) -> anyhow::Result<i32> {
+        match config::load(&self.config) {
+            Ok((spec, warnings)) => {
+                print!("{}", plan(&spec));
+                for w in &warnings {
+                    println!("warning: {w}");
+                }
+                Ok(0)
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", self.config.display());
+                Ok(2)
+            }
+        }
+    }
+}
+
+/// A duration in milliseconds as the pipeline file would write it.
+fn dur(ms: i64) -> String {
+    for (unit, n) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms != 0 && ms % n == 0 {
+            return format!("{}{unit}", ms / n);
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// The plan of `spec`, one stage per line: sources, decode, filter, key, time, watermark,
+/// window, trigger, aggregates, topology and outputs.
+pub fn plan(spec: &PipelineSpec) -> String {
+    let mut out = String::new();
+    let e = &spec.engine;
+    let input = &spec.input;
+    let mut line = |stage: &str, text: String| {
+        let _ = writeln!(out, "{stage:<11} {text}");
+    };
+    line(
+        "pipeline",
+        format!("{} (state fingerprint {})", e.name, spec.fingerprint()),
+    );
+    line(
+        "sources",
+        match &spec.kafka {
+            Some(k) => format!("Kafka topics {}", k.input_topics.join(", ")),
+            None => "files (simulate); no [kafka] section for run".to_string(),
+        },
+    );
+    let format = if spec.avro_input.is_some() {
+        "Avro"
+    } else {
+        "JSON"
+    };
+    let fields: Vec<String> = input.paths.all().iter().map(|p| p.join(".")).collect();
+    line(
+        "decode",
+        format!(
+            "{format}, reading {}",
+            if fields.is_empty() {
+                "no fields".to_string()
+            } else {
+                fields.join(", ")
+            }
+        ),
+    );
+    line(
+        "filter",
+        match &input.filter {
+            Some(f) => format!("keep records where {}", f.text),
+            None => "none: every record".to_string(),
+        },
+    );
+    line(
+        "key",
+        if input.key.is_empty() {
+            "none: one group per window".to_string()
+        } else {
+            input
+                .key
+                .iter()
+                .map(|p| {
+                    if p.name == p.value.text {
+                        p.value.text.clone()
+                    } else {
+                        format!("{} AS {}", p.value.text, p.name)
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+    );
+    line(
+        "time",
+        match &input.time {
+            TimeSpec::Field(c) => {
+                format!("event time from {} (epoch ms or RFC 3339)", c.text)
+            }
+            TimeSpec::RecordTimestamp => "event time from the Kafka record's timestamp".into(),
+            TimeSpec::Processing => "processing time: when the record is read".into(),
+        },
+    );
+    let w = &e.watermark;
+    line(
+        "watermark",
+        if w.processing_time {
+            "the processing-time clock".to_string()
+        } else {
+            format!(
+                "max event time - {}{}",
+                dur(w.max_out_of_orderness),
+                w.idle_timeout.map_or(String::new(), |t| format!(
+                    "; an input silent for {} is idle",
+                    dur(t)
+                ))
+            )
+        },
+    );
+    line(
+        "window",
+        format!(
+            "{}, allowed lateness {}",
+            match e.window {
+                WindowKind::Tumbling { size, offset } => format!(
+                    "tumbling {}{}",
+                    dur(size),
+                    if offset != 0 {
+                        format!(" offset {}", dur(offset))
+                    } else {
+                        String::new()
+                    }
+                ),
+                WindowKind::Sliding {
+                    size,
+                    slide,
+                    offset,
+                } => format!(
+                    "sliding {} every {}{}",
+                    dur(size),
+                    dur(slide),
+                    if offset != 0 {
+                        format!(" offset {}", dur(offset))
+                    } else {
+                        String::new()
+                    }
+                ),
+                WindowKind::Session { gap } => format!("session, gap {}", dur(gap)),
+                WindowKind::Global { idle_expiry } => format!(
+                    "global{}",
+                    idle_expiry.map_or(String::new(), |t| format!(
+                        ", a key's state dropped {} after its latest element",
+                        dur(t)
+                    ))
+                ),
+            },
+            dur(e.allowed_lateness)
+        ),
+    );
+    let t = &e.trigger;
+    let mut firing = Vec::new();
+    if let Some(every) = t.early_every {
+        firing.push(format!("early every {}", dur(every)));
+    }
+    if let Some(n) = t.early_count {
+        firing.push(format!("early every {n} elements"));
+    }
+    firing.push("on time".to_string());
+    firing.push(match t.late {
+        LateFiring::EveryElement => "late every element".to_string(),
+        LateFiring::Count(n) => format!("late every {n} elements"),
+        LateFiring::None => "no late panes (late records are dead-lettered)".to_string(),
+    });
+    firing.push(
+        match t.accumulation {
+            Accumulation::Accumulating => "accumulating",
+            Accumulation::Discarding => "discarding",
+        }
+        .to_string(),
+    );
+    line("trigger", firing.join("; "));
+    let aggs: Vec<String> = e
+        .aggregations
+        .iter()
+        .map(|a| {
+            let op = match a.op {
+                AggOp::Count => "count",
+                AggOp::Sum => "sum",
+                AggOp::Min => "min",
+                AggOp::Max => "max",
+                AggOp::Mean => "mean",
+            };
+            let arg = a
+                .field
+                .map_or("*".to_string(), |i| input.fields[i].text.clone());
+            format!("{} = {op}({arg})", a.name)
+        })
+        .collect();
+    line("aggregates", aggs.join("; "));
+    if let Some(k) = &spec.kafka {
+        line(
+            "topology",
+            if k.repartition {
+                format!(
+                    "hop: decode, filter and key by input partition, then {} ({}) to the windows{}",
+                    k.repartition_topic,
+                    k.repartition_partitions
+                        .map_or("as many partitions as the largest input".to_string(), |n| {
+                            format!("{n} partitions")
+                        }),
+                    if input.key.is_empty() {
+                        "; without a key every record goes to one partition"
+                    } else {
+                        ""
+                    }
+                )
+            } else {
+                "direct: windows where the records are (the Kafka record key is the key)"
+                    .to_string()
+            },
+        );
+        line(
+            "outputs",
+            format!(
+                "panes to {}, dead letters to {}{}",
+                k.output_topic,
+                k.dead_letter_topic,
+                spec.postgres.as_ref().map_or(String::new(), |p| format!(
+                    "; sink-postgres into {}",
+                    p.table
+                ))
+            ),
+        );
+    } else {
+        line(
+            "outputs",
+            "panes and dead letters as JSON lines (simulate)".to_string(),
+        );
+    }
+    out
+}
