@@ -9,6 +9,9 @@
 //!   once, never both, before and after a replay;
 //! * a source partition that stalls holds ON_TIME panes back; one that goes idle does not stall
 //!   them beyond the idle timeout;
+//! * a pipeline with a filter, a key of two parts (one computed) and the Kafka record's own
+//!   timestamp, over null-keyed input, through the hop with two members: every window's last
+//!   pane is the fold of the records the filter keeps, each pane committed once;
 //! * the hop places keys where Kafka's default partitioner does (murmur2);
 //! * `repartition = false` dead-letters a record whose key is not its grouping key
 //!   (`key_mismatch`), and a repartition topic with another partition count is refused.
@@ -276,6 +279,132 @@ fn a_stalled_source_holds_panes_back_and_an_idle_one_lets_them_go() {
     }
     live.join().unwrap();
     assert!(stop_member(member).success());
+}
+
+#[test]
+fn a_filter_a_two_part_key_and_record_timestamps_through_the_hop_with_two_members() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use std::collections::BTreeMap;
+    let broker = Broker::start();
+    hop::create_topics(&broker, &[("clicks", 4)]);
+    let dir = tempfile::tempdir().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let base = (now - 3_600_000) / 1000 * 1000;
+    // Null-keyed records whose only time is their CreateTime: 3 of 4 are clicks, users in two
+    // spellings of case, 5 ms apart over 20 s; then one click per partition 60 s ahead, so every
+    // window before it fires.
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &broker.addr)
+        .create()
+        .unwrap();
+    let mut want: BTreeMap<(String, i64), (u64, f64)> = BTreeMap::new();
+    let n = 4_000i64;
+    for i in 0..n {
+        let ts = base + i * 5;
+        let (kind, page, user) = (
+            if i % 4 == 3 { "view" } else { "click" },
+            ["/", "/cart", "/search"][(i % 3) as usize],
+            if i % 2 == 0 {
+                format!("U{}", i % 5)
+            } else {
+                format!("u{}", i % 5)
+            },
+        );
+        let v = serde_json::json!({"kind": kind, "page": page, "user": user, "amount": i % 7});
+        if kind == "click" {
+            let key = serde_json::json!([page, user.to_lowercase()]).to_string();
+            let e = want.entry((key, ts.div_euclid(1000) * 1000)).or_default();
+            e.0 += 1;
+            e.1 += (i % 7) as f64;
+        }
+        producer
+            .send(
+                BaseRecord::<(), String>::to("clicks")
+                    .partition((i % 4) as i32)
+                    .timestamp(ts)
+                    .payload(&v.to_string()),
+            )
+            .unwrap();
+    }
+    for p in 0..4 {
+        let v = serde_json::json!({"kind": "click", "page": "/end", "user": "end", "amount": 0});
+        producer
+            .send(
+                BaseRecord::<(), String>::to("clicks")
+                    .partition(p)
+                    .timestamp(base + 60_000)
+                    .payload(&v.to_string()),
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let config = |instance: &str| {
+        let text = hop::pipeline(
+            &broker.addr,
+            &dir.path().join(instance),
+            instance,
+            &["clicks"],
+            "",
+            "",
+        )
+        .replace(
+            "key = \"user\"\ntimestamp = \"ts\"",
+            "filter = \"kind = 'click'\"\nkey = [\"page\", \"lower(user)\"]\ntimestamp = \"$record_timestamp\"",
+        );
+        assert!(text.contains("$record_timestamp"));
+        write(dir.path(), instance, &text)
+    };
+    let members = [
+        start_member_logged(&config("m1"), &dir.path().join("m1.log")),
+        start_member_logged(&config("m2"), &dir.path().join("m2.log")),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let last = loop {
+        let mut last = hop::last_panes(&hop::committed(&broker.addr).panes);
+        last.retain(|(_, start), _| *start < base + 60_000);
+        let done = want
+            .iter()
+            .all(|(k, (n, _))| last.get(k).is_some_and(|g| g.1 >= *n));
+        if done || Instant::now() > deadline {
+            break last;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    for m in members {
+        assert!(stop_member(m).success(), "a member stopped cleanly");
+    }
+    let got = hop::committed(&broker.addr);
+    let logs = || {
+        ["m1", "m2"]
+            .iter()
+            .map(|m| {
+                std::fs::read_to_string(dir.path().join(format!("{m}.log"))).unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    };
+    assert!(got.audit.is_empty(), "{:?}", got.audit);
+    assert_eq!(got.open, 0);
+    assert!(got.dead.is_empty(), "{:?}", got.dead);
+    let last: BTreeMap<(String, i64), (u64, f64)> =
+        last.into_iter().map(|(k, (_, n, s))| (k, (n, s))).collect();
+    if last != want {
+        let differ: Vec<_> = want
+            .iter()
+            .filter(|(k, v)| last.get(*k) != Some(*v))
+            .take(5)
+            .map(|(k, v)| format!("{k:?}: fold {v:?}, panes {:?}", last.get(k)))
+            .collect();
+        panic!(
+            "{} windows against {} in the fold: {differ:?}\nlogs:\n{}",
+            last.len(),
+            want.len(),
+            logs()
+        );
+    }
 }
 
 #[test]

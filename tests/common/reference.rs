@@ -65,8 +65,11 @@ pub fn last_panes(lines: &[String], sum_field: &str) -> BTreeMap<(String, i64), 
     let mut last: BTreeMap<(String, i64), (i64, i64, u64, f64)> = BTreeMap::new();
     for l in lines {
         let v: serde_json::Value = serde_json::from_str(l).expect("a pane is JSON");
+        // A key of one part is a string; of several, a JSON array (kept as its text).
         let key = (
-            v["key"].as_str().expect("key").to_string(),
+            v["key"]
+                .as_str()
+                .map_or_else(|| v["key"].to_string(), str::to_string),
             v["window_start"].as_i64().expect("window_start"),
         );
         let idx = v["pane_index"].as_i64().expect("pane_index");
