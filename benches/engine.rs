@@ -1,5 +1,9 @@
-//! Engine benchmark: the windowing core alone (no Kafka, no decoding) with RocksDB state and a
-//! state flush every 100,000 events, over 100,000 keys, events in event-time order with 1% disorder.
+//! Engine benchmark: the windowing core alone (no Kafka; no decoding but in the `-json` cases) with
+//! RocksDB state and a state flush every 100,000 events, over 100,000 keys, events in event-time
+//! order with 1% disorder. The `-json` cases write each event as a JSON line and decode it with
+//! the pipeline's decoder first (the formatting is in their figures too), one with a plain key,
+//! one with a filter and a two-part key, so their CPU per event (`cpu_us/ev`, user and system
+//! time of the scenario's process over its events) compares what expressions cost.
 //!
 //! Run: `cargo bench --bench engine` (or `scripts/bench-engine.sh`). Each scenario runs in its own
 //! child process so its peak RSS is its own. Figures are printed as a table; nothing is asserted.
@@ -36,6 +40,10 @@ struct Scenario {
     trigger: &'static str,
     /// Events when `TIDEMARK_BENCH_EVENTS` is not set.
     events: u64,
+    /// For the cases that decode: the `[input]` section's lines. Each event is then written as
+    /// a JSON line and read back through the pipeline's decoder (filter, key parts, time)
+    /// before the engine sees it.
+    input: Option<&'static str>,
 }
 
 const SCENARIOS: &[Scenario] = &[
@@ -47,6 +55,7 @@ const SCENARIOS: &[Scenario] = &[
         small: false,
         trigger: "",
         events: 5_000_000,
+        input: None,
     },
     Scenario {
         name: "sliding-1h-1s",
@@ -56,6 +65,7 @@ const SCENARIOS: &[Scenario] = &[
         small: false,
         trigger: "",
         events: 5_000_000,
+        input: None,
     },
     Scenario {
         name: "session-30m",
@@ -65,6 +75,7 @@ const SCENARIOS: &[Scenario] = &[
         small: false,
         trigger: "",
         events: 5_000_000,
+        input: None,
     },
     Scenario {
         name: "sliding-1h-1s-sliced-small",
@@ -74,6 +85,7 @@ const SCENARIOS: &[Scenario] = &[
         small: true,
         trigger: "",
         events: 5_000_000,
+        input: None,
     },
     Scenario {
         name: "sliding-1h-1s-naive-small",
@@ -83,6 +95,7 @@ const SCENARIOS: &[Scenario] = &[
         small: true,
         trigger: "",
         events: 5_000_000,
+        input: None,
     },
     // The Dataflow model's "real-time counter": a global window per key firing every 100
     // elements. Without an idle expiry its one timer per key never moves; with one, every event
@@ -96,6 +109,7 @@ const SCENARIOS: &[Scenario] = &[
         trigger: "early_count = 100",
         // 200 events per key, so each key fires its count twice.
         events: 20_000_000,
+        input: None,
     },
     Scenario {
         name: "global-count-100-idle-1h",
@@ -106,8 +120,46 @@ const SCENARIOS: &[Scenario] = &[
         trigger: "early_count = 100",
         // 200 events per key, so each key fires its count twice.
         events: 20_000_000,
+        input: None,
+    },
+    // The same events as tumbling-1m, decoded from JSON: first with a plain one-field key, then
+    // with a filter that keeps every record and a key of two parts, one computed (as many groups
+    // as before, since a key's country never changes). Their CPU per event compares what the
+    // filter and the key expressions cost.
+    Scenario {
+        name: "tumbling-1m-json",
+        rate: 20_000,
+        window: "type = \"tumbling\"\nsize = \"1m\"",
+        layout: None,
+        small: false,
+        trigger: "",
+        events: 5_000_000,
+        input: Some("key = \"k\"\ntimestamp = \"t\""),
+    },
+    Scenario {
+        name: "tumbling-1m-json-filter-2key",
+        rate: 20_000,
+        window: "type = \"tumbling\"\nsize = \"1m\"",
+        layout: None,
+        small: false,
+        trigger: "",
+        events: 5_000_000,
+        input: Some(
+            "filter = \"kind = 'click' AND price >= 0\"\nkey = [\"k\", \"lower(geo.country)\"]\ntimestamp = \"t\"",
+        ),
     },
 ];
+
+/// CPU seconds (user and system) this process has used, from `/proc/self/stat`.
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses): utime and stime are the 12th and
+    // 13th, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit(')').next().unwrap_or_default();
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) / 100.0
+}
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -169,8 +221,10 @@ fn run_one(sc: &Scenario) {
         keys = 1_000;
     }
     let text = format!(
-        "name = \"bench\"\n[input]\nkey = \"k\"\ntimestamp = \"t\"\n[window]\n{}\n[watermark]\nmax_out_of_orderness = \"2s\"\n[trigger]\n{}\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n",
-        sc.window, sc.trigger
+        "name = \"bench\"\n[input]\n{}\n[window]\n{}\n[watermark]\nmax_out_of_orderness = \"2s\"\n[trigger]\n{}\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n",
+        sc.input.unwrap_or("key = \"k\"\ntimestamp = \"t\""),
+        sc.window,
+        sc.trigger
     );
     let (spec, _) = parse_raw(&text, Vec::new()).unwrap().validate().unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -192,6 +246,13 @@ fn run_one(sc: &Scenario) {
     let mut flush_secs = 0.0;
     let mut take_secs = 0.0;
     let mut flushed_entries: u64 = 0;
+    let decoder = sc
+        .input
+        .map(|_| tidemark::record::JsonDecoder::new(spec.input.clone()));
+    let mut line = String::new();
+    let mut user = String::new();
+    const COUNTRIES: [&str; 4] = ["DE", "Fr", "us", "JP"];
+    let cpu0 = cpu_secs();
     let start = Instant::now();
     for i in 0..events {
         let mut ts = t0 + (i as i64 * 1000) / rate as i64;
@@ -199,8 +260,28 @@ fn run_one(sc: &Scenario) {
         if r % 100 == 0 {
             ts -= ((r >> 8) % 2_000) as i64; // 1% of events up to 2 s out of order
         }
-        set_key(&mut ev.key, (r >> 20) % keys);
-        ev.ts = ts;
+        let k = (r >> 20) % keys;
+        match &decoder {
+            None => {
+                set_key(&mut ev.key, k);
+                ev.ts = ts;
+            }
+            Some(d) => {
+                use std::fmt::Write as _;
+                set_key(&mut user, k);
+                line.clear();
+                let _ = write!(
+                    line,
+                    r#"{{"k":"{user}","t":{ts},"kind":"click","price":{}.5,"geo":{{"country":"{}"}}}}"#,
+                    r % 50,
+                    COUNTRIES[(k % 4) as usize]
+                );
+                ev = d
+                    .decode(line.as_bytes(), tidemark::record::Meta::default())
+                    .unwrap()
+                    .expect("the filter keeps every record");
+            }
+        }
         engine.process(&ev).unwrap();
         let wm = tracker.on_record(ts, 0);
         engine.advance_watermark(wm).unwrap();
@@ -217,17 +298,19 @@ fn run_one(sc: &Scenario) {
     }
     engine.flush().unwrap();
     let secs = start.elapsed().as_secs_f64();
+    let cpu_us = (cpu_secs() - cpu0) * 1e6 / events as f64;
     store.flush().unwrap();
     let db_mb = store.size_bytes() as f64 / 1e6;
     let timers = engine.pending_timers();
     let stats = engine.stats();
     println!(
-        "{:<28} {:>10} {:>6} {:>8.2} {:>12.0} {:>10} {:>9.1} {:>9.1} {:>10} {:>7.1}%",
+        "{:<28} {:>10} {:>6} {:>8.2} {:>12.0} {:>8.3} {:>10} {:>9.1} {:>9.1} {:>10} {:>7.1}%",
         sc.name,
         events,
         keys,
         secs,
         events as f64 / secs,
+        cpu_us,
         panes,
         db_mb,
         peak_rss_mb(),
@@ -265,12 +348,13 @@ fn main() {
     }
     let only = std::env::var("TIDEMARK_BENCH_ONLY").ok();
     println!(
-        "{:<28} {:>10} {:>6} {:>8} {:>12} {:>10} {:>9} {:>9} {:>10} {:>8}",
+        "{:<28} {:>10} {:>6} {:>8} {:>12} {:>8} {:>10} {:>9} {:>9} {:>10} {:>8}",
         "scenario",
         "events",
         "keys",
         "secs",
         "events/s",
+        "cpu_us/ev",
         "panes",
         "db_MB",
         "rss_MB",

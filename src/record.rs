@@ -166,12 +166,30 @@ pub fn encode_key(parts: &[Datum<'_>]) -> String {
         [] => String::new(),
         [one] => one.to_string(),
         many => {
-            let values: Vec<Value> = many.iter().map(datum_json).collect();
-            serde_json::to_string(&values).expect("JSON values serialize")
+            // Written straight into one buffer, element by element, as serde_json writes the
+            // array of the values (so a reader that parses and re-serializes it gets it back).
+            let mut out = Vec::with_capacity(16 * many.len());
+            out.push(b'[');
+            for (i, d) in many.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                let written = match d {
+                    Datum::Str(s) => serde_json::to_writer(&mut out, s.as_ref()),
+                    Datum::Int(n) => serde_json::to_writer(&mut out, n),
+                    Datum::Float(x) => serde_json::to_writer(&mut out, &Value::from(*x)),
+                    Datum::Bool(b) => serde_json::to_writer(&mut out, b),
+                    Datum::Null => serde_json::to_writer(&mut out, &()),
+                };
+                written.expect("writing JSON to memory cannot fail");
+            }
+            out.push(b']');
+            String::from_utf8(out).expect("serde_json writes UTF-8")
         }
     }
 }
 
+#[cfg(test)]
 fn datum_json(d: &Datum<'_>) -> Value {
     match d {
         Datum::Null => Value::Null,
@@ -245,7 +263,7 @@ impl InputSpec {
                 return Ok(None);
             }
         }
-        let mut parts = Vec::with_capacity(self.key.len());
+        let mut parts: smallvec::SmallVec<[Datum<'_>; 4]> = smallvec::SmallVec::new();
         for part in &self.key {
             let v = part
                 .value
@@ -376,6 +394,14 @@ fn type_name(v: &Value) -> String {
     }
 }
 
+fn not_a_scalar(path: &[String], got: String) -> DecodeError {
+    DecodeError::WrongType {
+        field: path.join("."),
+        expected: "a string, a number or a boolean",
+        got,
+    }
+}
+
 /// A JSON value as an expression sees it.
 fn json_datum(v: Option<&Value>) -> Datum<'_> {
     match v {
@@ -386,7 +412,7 @@ fn json_datum(v: Option<&Value>) -> Datum<'_> {
             None => Datum::Float(n.as_f64().unwrap_or(f64::NAN)),
         },
         Some(Value::String(s)) => Datum::Str(std::borrow::Cow::Borrowed(s)),
-        // Refused before evaluation (see `JsonFields::check`).
+        // Refused before evaluation (see `JsonDecoder::decode_inner`).
         Some(Value::Array(_) | Value::Object(_)) => Datum::Null,
     }
 }
@@ -410,7 +436,12 @@ impl JsonDecoder {
     /// Decodes raw bytes (one JSON object): the event, or `None` when the filter rejects it.
     pub fn decode(&self, bytes: &[u8], meta: Meta) -> Result<Option<Event>, DecodeError> {
         let picked = self.picker.pick(bytes)?;
-        self.decode_inner(|slot| picked.get(slot), meta)
+        for (leaf, path) in picked.0.iter().zip(self.spec.paths.all()) {
+            if let Leaf::Nested(got) = leaf {
+                return Err(not_a_scalar(path, got.to_string()));
+            }
+        }
+        self.spec.event(&picked, meta)
     }
 
     /// Decodes an already parsed JSON value.
@@ -431,11 +462,7 @@ impl JsonDecoder {
     ) -> Result<Option<Event>, DecodeError> {
         for (slot, path) in self.spec.paths.all().iter().enumerate() {
             if let Some(v @ (Value::Array(_) | Value::Object(_))) = get(slot) {
-                return Err(DecodeError::WrongType {
-                    field: path.join("."),
-                    expected: "a string, a number or a boolean",
-                    got: type_name(v),
-                });
+                return Err(not_a_scalar(path, type_name(v)));
             }
         }
         self.spec
@@ -483,13 +510,25 @@ struct Picker {
     root: PathNode,
 }
 
-/// The non-null values found at the configured paths, by slot. An object or array found at a path
-/// is kept as an empty one (only its type matters there).
-struct Picked(Vec<Option<Value>>);
+/// What the picker found at one path: nothing (absent or null), a scalar (a string borrowed
+/// from the bytes where it has no escapes), or an array or object (named by its type).
+#[derive(Debug, Clone)]
+enum Leaf<'de> {
+    Absent,
+    Scalar(Datum<'de>),
+    Nested(&'static str),
+}
 
-impl Picked {
-    fn get(&self, slot: usize) -> Option<&Value> {
-        self.0[slot].as_ref()
+/// The values found at the configured paths, by slot.
+struct Picked<'de>(Vec<Leaf<'de>>);
+
+impl Row for Picked<'_> {
+    fn field(&self, slot: usize) -> Datum<'_> {
+        match &self.0[slot] {
+            Leaf::Scalar(Datum::Str(s)) => Datum::Str(std::borrow::Cow::Borrowed(s)),
+            Leaf::Scalar(d) => d.clone(),
+            Leaf::Absent | Leaf::Nested(_) => Datum::Null,
+        }
     }
 }
 
@@ -503,10 +542,10 @@ impl Picker {
         Picker { slots, root }
     }
 
-    fn pick(&self, bytes: &[u8]) -> Result<Picked, DecodeError> {
+    fn pick<'de>(&self, bytes: &'de [u8]) -> Result<Picked<'de>, DecodeError> {
         use serde::de::DeserializeSeed;
         let not_json = |e: serde_json::Error| DecodeError::NotJson(e.to_string());
-        let mut out = vec![None; self.slots];
+        let mut out = vec![Leaf::Absent; self.slots];
         let mut de = serde_json::Deserializer::from_slice(bytes);
         let not_object = RootSeed {
             root: &self.root,
@@ -576,15 +615,14 @@ impl<'de> serde::de::Visitor<'de> for SkipVisitor {
 }
 
 /// The value at one node of the path tree.
-struct NodeSeed<'a> {
+struct NodeSeed<'a, 'de> {
     node: &'a PathNode,
-    out: &'a mut Vec<Option<Value>>,
+    out: &'a mut Vec<Leaf<'de>>,
 }
 
-impl NodeSeed<'_> {
-    fn leaf<E>(self, v: impl FnOnce() -> Option<Value>) -> Result<(), E> {
+impl<'de> NodeSeed<'_, 'de> {
+    fn leaf<E>(self, v: Leaf<'de>) -> Result<(), E> {
         if let Some((last, rest)) = self.node.slots.split_last() {
-            let v = v();
             for &s in rest {
                 self.out[s] = v.clone();
             }
@@ -594,50 +632,61 @@ impl NodeSeed<'_> {
     }
 }
 
-impl<'de> serde::de::DeserializeSeed<'de> for NodeSeed<'_> {
+impl<'de> serde::de::DeserializeSeed<'de> for NodeSeed<'_, 'de> {
     type Value = ();
 
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         for &s in &self.node.below {
-            self.out[s] = None;
+            self.out[s] = Leaf::Absent;
         }
         d.deserialize_any(self)
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for NodeSeed<'_> {
+impl<'de> serde::de::Visitor<'de> for NodeSeed<'_, 'de> {
     type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("any JSON value")
     }
     fn visit_bool<E>(self, v: bool) -> Result<(), E> {
-        self.leaf(|| Some(Value::Bool(v)))
+        self.leaf(Leaf::Scalar(Datum::Bool(v)))
     }
     fn visit_i64<E>(self, v: i64) -> Result<(), E> {
-        self.leaf(|| Some(Value::Number(v.into())))
+        self.leaf(Leaf::Scalar(Datum::Int(v)))
     }
     fn visit_u64<E>(self, v: u64) -> Result<(), E> {
-        self.leaf(|| Some(Value::Number(v.into())))
+        let d = i64::try_from(v).map_or(Datum::Float(v as f64), Datum::Int);
+        self.leaf(Leaf::Scalar(d))
     }
     fn visit_f64<E>(self, v: f64) -> Result<(), E> {
-        self.leaf(|| serde_json::Number::from_f64(v).map(Value::Number))
+        // A value that is not a finite number parses to null (as `serde_json::Value` does).
+        if v.is_finite() {
+            self.leaf(Leaf::Scalar(Datum::Float(v)))
+        } else {
+            self.leaf(Leaf::Absent)
+        }
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<(), E> {
+        self.leaf(Leaf::Scalar(Datum::Str(std::borrow::Cow::Borrowed(v))))
     }
     fn visit_str<E>(self, v: &str) -> Result<(), E> {
-        self.leaf(|| Some(Value::String(v.to_string())))
+        self.leaf(Leaf::Scalar(Datum::Str(std::borrow::Cow::Owned(
+            v.to_string(),
+        ))))
     }
     fn visit_unit<E>(self) -> Result<(), E> {
-        self.leaf(|| None)
+        self.leaf(Leaf::Absent)
     }
     fn visit_none<E>(self) -> Result<(), E> {
-        self.leaf(|| None)
+        self.leaf(Leaf::Absent)
     }
     fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         serde::de::DeserializeSeed::deserialize(self, d)
     }
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
         SkipVisitor.visit_seq(seq)?;
-        self.leaf(|| Some(Value::Array(Vec::new())))
+        self.leaf(Leaf::Nested("an array"))
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let NodeSeed { node, out } = self;
@@ -645,7 +694,7 @@ impl<'de> serde::de::Visitor<'de> for NodeSeed<'_> {
             node,
             out: &mut *out,
         }
-        .leaf(|| Some(Value::Object(serde_json::Map::new())))?;
+        .leaf(Leaf::Nested("an object"))?;
         while let Some(child) = map.next_key_seed(KeySeed(node))? {
             match child {
                 Some(child) => map.next_value_seed(NodeSeed {
@@ -684,12 +733,12 @@ impl<'de, 'a> serde::de::Visitor<'de> for KeySeed<'a> {
 }
 
 /// The top-level value: an object is picked from; anything else is parsed and named (its type).
-struct RootSeed<'a> {
+struct RootSeed<'a, 'de> {
     root: &'a PathNode,
-    out: &'a mut Vec<Option<Value>>,
+    out: &'a mut Vec<Leaf<'de>>,
 }
 
-impl<'de> serde::de::DeserializeSeed<'de> for RootSeed<'_> {
+impl<'de> serde::de::DeserializeSeed<'de> for RootSeed<'_, 'de> {
     type Value = Option<&'static str>;
 
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
@@ -697,7 +746,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for RootSeed<'_> {
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for RootSeed<'_> {
+impl<'de> serde::de::Visitor<'de> for RootSeed<'_, 'de> {
     type Value = Option<&'static str>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {

@@ -424,12 +424,27 @@ fn call<'a, R: Row>(f: Func, args: &'a [Expr], row: &'a R) -> Result<Datum<'a>, 
         Func::Lower | Func::Upper => match string_arg(f, arg(0)?)? {
             None => Datum::Null,
             Some(s) => {
-                let changed = if f == Func::Lower {
-                    s.to_lowercase()
+                let lower = f == Func::Lower;
+                if s.is_ascii() {
+                    // The common case, without Unicode tables, and without a copy when the
+                    // string is already in that case.
+                    let unchanged = if lower {
+                        !s.bytes().any(|b| b.is_ascii_uppercase())
+                    } else {
+                        !s.bytes().any(|b| b.is_ascii_lowercase())
+                    };
+                    if unchanged {
+                        Datum::Str(s)
+                    } else if lower {
+                        Datum::Str(Cow::Owned(s.to_ascii_lowercase()))
+                    } else {
+                        Datum::Str(Cow::Owned(s.to_ascii_uppercase()))
+                    }
+                } else if lower {
+                    Datum::Str(Cow::Owned(s.to_lowercase()))
                 } else {
-                    s.to_uppercase()
-                };
-                Datum::Str(Cow::Owned(changed))
+                    Datum::Str(Cow::Owned(s.to_uppercase()))
+                }
             }
         },
         Func::Concat => {

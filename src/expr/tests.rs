@@ -98,6 +98,9 @@ fn null_follows_sql() {
 fn every_function() {
     assert_eq!(ok("lower(user)"), s("ada"));
     assert_eq!(ok("upper(geo.country)"), s("DE"));
+    assert_eq!(ok("lower('ÀB')"), s("àb"));
+    assert_eq!(ok("upper('àb')"), s("ÀB"));
+    assert_eq!(ok("lower('already')"), s("already"));
     assert_eq!(ok("length('héllo')"), Datum::Int(5));
     assert_eq!(ok("substr('tidemark', 2, 3)"), s("ide"));
     assert_eq!(ok("substr('tidemark', 5)"), s("mark"));
