@@ -424,8 +424,15 @@ impl Engine {
             if w.is_global() && idle_expiry {
                 st.last_ts = Some(st.last_ts.map_or(ev.ts, |t| t.max(ev.ts)));
             }
-            self.out
-                .after_element(&ev.key, w, passed, st, false, &trigger, now);
+            if passed && !existed {
+                // The window's first element came after the watermark passed its end: its
+                // on-time trigger is satisfied, so it fires a LATE pane at once (Beam Java and
+                // Python agree); `late_count` governs the late panes after that one.
+                self.out.window_pane(&ev.key, w, Timing::Late, st, false);
+            } else {
+                self.out
+                    .after_element(&ev.key, w, passed, st, false, &trigger, now);
+            }
             // A global window's idle expiry moves with nearly every element; its timer stays
             // where it is, at or before the expiry, and `on_expire` moves it on when it comes
             // due early (one timer move per idle expiry instead of one per element).
