@@ -119,6 +119,7 @@ fn main() {
         create_tables: true,
         commit_interval: 1_000,
         max_batch_records: BATCH,
+        key_columns: vec!["key".to_string()],
     };
     ensure_tables(&mut db, &spec, &aggs).unwrap();
     let data = rows(n);

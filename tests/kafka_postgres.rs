@@ -340,3 +340,73 @@ fn a_table_with_other_columns_is_refused_naming_the_difference() {
         assert!(err.contains(said), "{said:?} missing from: {err}");
     }
 }
+
+/// A key of several parts gets a column per part, named after each part's alias (or text), and
+/// a keyless pipeline no key column; the upsert keeps the highest pane as it does for one key.
+#[test]
+fn a_key_of_several_parts_gets_a_column_per_part() {
+    use tidemark::config::PostgresSpec;
+    use tidemark::connect::postgres::{ensure_tables, write_pane_batch};
+    use tidemark::connect::{Batch, Offsets};
+    use tidemark::format::pane::PaneRecord;
+    use tidemark::windowing::aggregate::{AggOp, AggSpec};
+    use tidemark::windowing::trigger::Timing;
+    let pg = Postgres::start();
+    let mut db = pg.client();
+    let aggs = [AggSpec {
+        name: "clicks".into(),
+        op: AggOp::Count,
+        field: None,
+    }];
+    let pane = |key: &str, dedup: &str, index: u32, count: u64| PaneRecord {
+        key: key.into(),
+        window_start: 0,
+        window_end: 60_000,
+        timing: Timing::OnTime,
+        pane_index: index,
+        dedup_id: dedup.into(),
+        epoch: 0,
+        count,
+        aggregates: vec![("clicks".into(), Some(count as f64))],
+    };
+    for (table, key_columns, key, want) in [
+        (
+            "by_page_country",
+            vec!["page".to_string(), "country".to_string()],
+            r#"["/cart","de"]"#,
+            "/cart|de",
+        ),
+        ("by_nothing", vec![], "", ""),
+    ] {
+        let spec = PostgresSpec {
+            url: pg.url(),
+            table: table.into(),
+            dead_letter_table: None,
+            create_tables: true,
+            commit_interval: 1_000,
+            max_batch_records: 100,
+            key_columns: key_columns.clone(),
+        };
+        ensure_tables(&mut db, &spec, &aggs).unwrap();
+        let batch = Batch::new(
+            vec![pane(key, "d1", 0, 3), pane(key, "d1", 1, 5)],
+            vec![],
+            Offsets::from([(("panes".to_string(), 0), 2)]),
+        );
+        write_pane_batch(&mut db, &spec, &aggs, &batch, table).unwrap();
+        let cols = if key_columns.is_empty() {
+            "''".to_string()
+        } else {
+            key_columns
+                .iter()
+                .map(|c| format!("\"{c}\""))
+                .collect::<Vec<_>>()
+                .join(" || '|' || ")
+        };
+        let row = db
+            .query_one(&format!("SELECT {cols}, clicks FROM {table}"), &[])
+            .unwrap();
+        assert_eq!(row.get::<_, String>(0), want, "{table}");
+        assert_eq!(row.get::<_, i64>(1), 5, "{table}: the highest pane wins");
+    }
+}

@@ -129,4 +129,33 @@ impl RawConfig {
             fields: compiled_fields,
         })
     }
+
+    /// The PostgreSQL panes table's key columns for `input`'s key: `key` for one part (the
+    /// column it always had), one per part for several (named after its alias or text), none
+    /// for no key. A name that is taken by a pane column or an aggregation is a violation.
+    pub(super) fn key_columns(&self, input: &InputSpec, c: &mut Checker) -> Vec<String> {
+        match input.key.as_slice() {
+            [] => Vec::new(),
+            [_] => vec!["key".to_string()],
+            parts => {
+                let taken = |n: &str| {
+                    crate::format::pane::RESERVED_FIELDS.contains(&n)
+                        || n == "updated_at"
+                        || self.aggregations.iter().any(|a| a.name == n)
+                };
+                for (i, p) in parts.iter().enumerate() {
+                    if taken(&p.name) {
+                        c.fail(
+                            &format!("input.key[{i}]"),
+                            format!(
+                                "{:?} is a column of the PostgreSQL panes table already: give the part an alias",
+                                p.name
+                            ),
+                        );
+                    }
+                }
+                parts.iter().map(|p| p.name.clone()).collect()
+            }
+        }
+    }
 }

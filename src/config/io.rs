@@ -267,6 +267,7 @@ impl RawConfig {
             create_tables: p.create_tables.unwrap_or(true),
             commit_interval: interval.unwrap_or(1_000),
             max_batch_records: max,
+            key_columns: vec!["key".to_string()],
         })
     }
 }

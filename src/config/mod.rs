@@ -127,6 +127,9 @@ pub struct PostgresSpec {
     pub commit_interval: i64,
     /// Records that end a batch early.
     pub max_batch_records: usize,
+    /// The panes table's key columns: `key` for a key of one part, one column per part (named
+    /// after its alias or text) for several, none for no key.
+    pub key_columns: Vec<String>,
 }
 
 /// The `[metrics]` section as written.

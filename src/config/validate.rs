@@ -22,7 +22,10 @@ impl RawConfig {
         let output_format = self.validate_output(&mut c);
         let schema_registry = self.validate_registry(&mut c);
         let metrics_address = self.validate_metrics(&mut c);
-        let postgres = self.validate_postgres(&mut c);
+        let mut postgres = self.validate_postgres(&mut c);
+        if let (Some(pg), Some(input)) = (postgres.as_mut(), input.as_ref()) {
+            pg.key_columns = self.key_columns(input, &mut c);
+        }
         if !c.violations.is_empty() {
             return Err(ConfigError::Invalid(c.violations));
         }

@@ -39,21 +39,27 @@ fn quote(name: &str) -> String {
         .join(".")
 }
 
-/// The panes table's columns and their PostgreSQL types, in order.
-pub fn pane_columns(aggregations: &[AggSpec]) -> Vec<(String, &'static str)> {
-    let mut cols: Vec<(String, &'static str)> = [
-        ("dedup_id", "text"),
-        ("key", "text"),
-        ("window_start", "timestamp with time zone"),
-        ("window_end", "timestamp with time zone"),
-        ("epoch", "bigint"),
-        ("pane_index", "integer"),
-        ("timing", "text"),
-        ("count", "bigint"),
-    ]
-    .iter()
-    .map(|(n, t)| (n.to_string(), *t))
-    .collect();
+/// The panes table's columns and their PostgreSQL types, in order: the dedup id, the key
+/// columns (`key` for a key of one part, one per part for several, none without a key), the
+/// pane's fields and one column per aggregation.
+pub fn pane_columns(
+    key_columns: &[String],
+    aggregations: &[AggSpec],
+) -> Vec<(String, &'static str)> {
+    let mut cols: Vec<(String, &'static str)> = vec![("dedup_id".to_string(), "text")];
+    cols.extend(key_columns.iter().map(|k| (k.clone(), "text")));
+    cols.extend(
+        [
+            ("window_start", "timestamp with time zone"),
+            ("window_end", "timestamp with time zone"),
+            ("epoch", "bigint"),
+            ("pane_index", "integer"),
+            ("timing", "text"),
+            ("count", "bigint"),
+        ]
+        .iter()
+        .map(|(n, t)| (n.to_string(), *t)),
+    );
     for a in aggregations {
         let ty = if a.op == AggOp::Count {
             "bigint"
@@ -219,7 +225,7 @@ fn write_batch(
     group: &str,
 ) -> Result<BatchStats, BatchError> {
     let mut stats = BatchStats::default();
-    let cols = pane_columns(aggregations);
+    let cols = pane_columns(&spec.key_columns, aggregations);
     let names: Vec<String> = cols[..cols.len() - 1]
         .iter()
         .map(|(n, _)| quote(n))
@@ -234,7 +240,7 @@ fn write_batch(
     if !batch.panes.is_empty() {
         let mut buf = Vec::with_capacity(batch.panes.len() * 128);
         for p in &batch.panes {
-            copy_row(&mut buf, p, aggregations);
+            copy_row(&mut buf, p, spec.key_columns.len(), aggregations);
         }
         let mut w = tx
             .copy_in(&format!(
@@ -332,18 +338,38 @@ fn write_batch(
     Ok(stats)
 }
 
+/// The text of each of a pane's `parts` key columns: the key for one part; for several, each
+/// value of the key's JSON array (a string as is, a number as written), NULL for a part the key
+/// does not have.
+fn key_fields(key: &str, parts: usize) -> Vec<Option<String>> {
+    match parts {
+        0 => Vec::new(),
+        1 => vec![Some(key.to_string())],
+        n => {
+            let values: Vec<serde_json::Value> = serde_json::from_str(key).unwrap_or_default();
+            (0..n)
+                .map(|i| match values.get(i) {
+                    None | Some(serde_json::Value::Null) => None,
+                    Some(serde_json::Value::String(s)) => Some(s.clone()),
+                    Some(other) => Some(other.to_string()),
+                })
+                .collect()
+        }
+    }
+}
+
 /// Appends one pane as a line of text-format COPY data, in the columns' order.
-fn copy_row(buf: &mut Vec<u8>, p: &PaneRecord, aggregations: &[AggSpec]) {
-    let mut fields: Vec<Option<String>> = vec![
-        Some(p.dedup_id.clone()),
-        Some(p.key.clone()),
+fn copy_row(buf: &mut Vec<u8>, p: &PaneRecord, key_parts: usize, aggregations: &[AggSpec]) {
+    let mut fields: Vec<Option<String>> = vec![Some(p.dedup_id.clone())];
+    fields.extend(key_fields(&p.key, key_parts));
+    fields.extend([
         Some(timestamp(p.window_start)),
         Some(timestamp(p.window_end)),
         Some(p.epoch.to_string()),
         Some(p.pane_index.to_string()),
         Some(p.timing.as_str().to_string()),
         Some(p.count.to_string()),
-    ];
+    ]);
     for a in aggregations {
         fields.push(p.aggregate(&a.name).filter(|x| x.is_finite()).map(|x| {
             if a.op == AggOp::Count {
@@ -394,7 +420,7 @@ pub fn ensure_tables(
     ensure_table(
         db,
         &spec.table,
-        &pane_columns(aggregations),
+        &pane_columns(&spec.key_columns, aggregations),
         "dedup_id",
         spec.create_tables,
     )?;
@@ -511,7 +537,35 @@ pub fn run(spec: PipelineSpec, shutdown: &AtomicBool) -> Result<(), SinkError> {
 
 #[cfg(test)]
 mod tests {
-    use super::timestamp;
+    use super::{key_fields, pane_columns, timestamp};
+
+    #[test]
+    fn a_key_of_several_parts_fills_one_column_per_part() {
+        let cols = |k: &[&str]| {
+            let k: Vec<String> = k.iter().map(|s| s.to_string()).collect();
+            pane_columns(&k, &[])
+                .into_iter()
+                .map(|(n, _)| n)
+                .take(k.len() + 2)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(cols(&["key"]), ["dedup_id", "key", "window_start"]);
+        assert_eq!(
+            cols(&["page", "country"]),
+            ["dedup_id", "page", "country", "window_start"]
+        );
+        assert_eq!(cols(&[]), ["dedup_id", "window_start"]);
+        assert_eq!(key_fields("alice", 1), [Some("alice".to_string())]);
+        assert_eq!(
+            key_fields(r#"["/cart",7,"a\"b"]"#, 3),
+            [
+                Some("/cart".to_string()),
+                Some("7".to_string()),
+                Some("a\"b".to_string())
+            ]
+        );
+        assert!(key_fields("", 0).is_empty());
+    }
 
     #[test]
     fn a_global_windows_bounds_are_the_infinities() {
