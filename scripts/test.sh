@@ -30,8 +30,5 @@ for f in tests/kafka_*.rs; do
 done
 echo "== cargo test (release; Kafka tests on noida-db)"
 TIDEMARK_TEST_BROKER=noida cargo test --release "${noida_tests[@]}" "$@"
-# The PostgreSQL sink still shares its partitions through the broker's consumer group, which on
-# noida-db never recovers from the sink's kills: that one test runs on Tansu only.
 echo "== cargo test (release; Kafka tests that kill members, on noida-db, membership from the log)"
-TIDEMARK_TEST_BROKER=noida TIDEMARK__KAFKA__MEMBERSHIP=log cargo test --release "${killing[@]}" "$@" \
-  -- --skip kill_9s_of_sink_and_member_and_a_database_restart_leave_the_table_exact
+TIDEMARK_TEST_BROKER=noida TIDEMARK__KAFKA__MEMBERSHIP=log cargo test --release "${killing[@]}" "$@"

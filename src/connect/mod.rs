@@ -1,9 +1,11 @@
 //! Connectors that run beside a pipeline, as their own consumer groups, and carry its committed
 //! output into another system exactly once.
 //!
-//! **The seam.** What every such sink needs is written once, here, in [`run`]: the consumer group
-//! `<application_id>-<sink>` that shares the output topic's partitions (and the dead-letter
-//! topic's, when the sink keeps dead letters) among the sink's members; following each assigned
+//! **The seam.** What every such sink needs is written once, here, in [`run`]: sharing the output
+//! topic's partitions (and the dead-letter topic's, when the sink keeps dead letters) among the
+//! sink's members, through the consumer group `<application_id>-<sink>`, or, with
+//! `kafka.membership = "log"`, through heartbeats in the topic `<application_id>-<sink>-members`
+//! ([`crate::kafka::members`]); following each assigned
 //! partition's **raw log**, with transactions resolved from their COMMIT/ABORT markers, so only
 //! records of committed transactions are applied even on a broker that serves aborted records to
 //! `read_committed` consumers; decoding panes and dead letters ([`crate::format`]); batching;
@@ -27,6 +29,7 @@
 //!   with the offsets in the same database transaction.
 
 pub mod postgres;
+mod share;
 
 use crate::config::KafkaSpec;
 use crate::format::dead_letter::DeadLetter;
@@ -35,8 +38,8 @@ use crate::format::{epoch_of, Decoder};
 use crate::kafka::raw_log::{Follow, RawRecord, TopicReader};
 use crate::metrics as m;
 use metrics::{counter, gauge, histogram};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use share::Share;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -217,16 +220,9 @@ pub fn run(
     if sink.keeps_dead_letters() {
         topics.push(k.dead_letter_topic.clone());
     }
-    let consumer: BaseConsumer = crate::source::base_config(k)
-        .set("group.id", &group)
-        .set("enable.auto.commit", "false")
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        .create()
-        .map_err(|e| SinkError::Startup(format!("creating the consumer: {e}")))?;
-    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-    consumer
-        .subscribe(&names)
-        .map_err(|e| SinkError::Startup(format!("subscribing: {e}")))?;
+    // Who reads which partition: the broker's consumer group, or membership from the log in a
+    // topic of the sink's own (`kafka.membership = "log"`).
+    let mut share = Share::start(k, &group, &topics)?;
     let mut readers: BTreeMap<String, TopicReader> = BTreeMap::new();
     let mut parts: BTreeMap<TopicPartition, Part> = BTreeMap::new();
     let mut pending = Pending::default();
@@ -236,17 +232,7 @@ pub fn run(
     let mut failed = false;
     loop {
         let stopping = shutdown.load(Ordering::Relaxed);
-        // The consumer only keeps the membership: its partitions stay paused.
-        if let Some(Err(e)) = consumer.poll(if stopping { Duration::ZERO } else { poll }) {
-            tracing::warn!("consumer: {e}");
-        }
-        let assignment = consumer.assignment().unwrap_or_default();
-        let _ = consumer.pause(&assignment);
-        let assigned: BTreeSet<TopicPartition> = assignment
-            .elements()
-            .iter()
-            .map(|e| (e.topic().to_string(), e.partition()))
-            .collect();
+        let assigned = share.assigned(if stopping { Duration::ZERO } else { poll });
         // Partitions that left: write what was read from them first.
         let gone = parts.keys().any(|tp| !assigned.contains(tp));
         let due = last_commit.elapsed() >= interval
@@ -270,6 +256,7 @@ pub fn run(
             last_commit = Instant::now();
         }
         if stopping {
+            share.leave();
             tracing::info!(sink = sink.name(), "stopped");
             return Ok(());
         }

@@ -6,12 +6,12 @@
 
 use super::errors::RunError;
 use super::rebalance::{self, RebalanceContext, Rejoin, Why};
-use super::roster::Roster;
 use super::scaling::Idle;
 use super::watchdog::Watchdog;
 use super::Core;
 use crate::config::KafkaSpec;
 use crate::kafka::assignor::{self, Protocol};
+use crate::kafka::members::Roster;
 use crate::metrics as m;
 use metrics::counter;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -85,7 +85,11 @@ impl Membership {
         };
         let roster = if k.log_membership {
             let token = core.lock().expect("lock").claims_token();
-            Some(Roster::start(k, token, partitions_of(&consumer, &topics)?)?)
+            Some(super::roster::start(
+                k,
+                token,
+                partitions_of(&consumer, &topics)?,
+            )?)
         } else {
             None
         };

@@ -2,6 +2,7 @@
 
 pub mod assignor;
 pub mod group;
+pub mod members;
 pub mod quirks;
 pub mod raw_log;
 pub mod roster;

@@ -1,0 +1,148 @@
+//! The runtime of membership from the log: a process's heartbeats into a topic of one partition,
+//! its reading of everyone's, and the partitions that are its own by the rules of
+//! [`super::roster`]. The pipeline's members keep their roster in the claims topic
+//! (`coordinator::roster` follows it); a sink's members keep theirs in a topic of their own
+//! (`connect`).
+
+use super::raw_log::PartitionTail;
+use super::roster::{
+    parts_of, share, token_of, Liveness, TopicPartition, HEARTBEAT_KEY, LEAVE_KEY,
+};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Why a roster could not start or write.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct MembersError(pub String);
+
+/// How often a member writes its heartbeat.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// How often a member reads the claims topic and follows the assignment.
+pub const LOOK_EVERY: Duration = Duration::from_millis(250);
+
+/// This member's part in membership from the log: its heartbeat producer, its reader of the
+/// claims topic, and what it has heard.
+pub struct Roster {
+    token: String,
+    topic: String,
+    producer: BaseProducer,
+    tail: PartitionTail,
+    next: i64,
+    heard: Liveness,
+    session: Duration,
+    last_beat: Option<Instant>,
+    last_look: Option<Instant>,
+    /// Every partition the group shares.
+    parts: Vec<TopicPartition>,
+}
+
+impl Roster {
+    /// Starts the roster of the process named `token` over `parts`, in `topic` (one partition)
+    /// on the brokers `bootstrap`: reads the topic to its end (processes heard from before are
+    /// judged by their records' timestamps) and writes the first heartbeat. `producer` is the
+    /// client's configuration (not transactional); `session` is how long a silent process stays
+    /// live.
+    pub fn start(
+        mut producer: ClientConfig,
+        bootstrap: &str,
+        topic: &str,
+        token: String,
+        parts: Vec<TopicPartition>,
+        session: Duration,
+    ) -> Result<Roster, MembersError> {
+        producer.set("acks", "all");
+        producer.set("linger.ms", "0");
+        let producer: BaseProducer = producer.create().map_err(|e| MembersError(e.to_string()))?;
+        let mut tail = PartitionTail::connect(bootstrap, topic, 0)
+            .map_err(|e| MembersError(format!("reading {topic}: {e}")))?;
+        let (records, next) = tail
+            .read_from(0)
+            .map_err(|e| MembersError(format!("reading {topic}: {e}")))?;
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let heard = Liveness::from_records(records.iter().map(parts_of), wall);
+        let mut roster = Roster {
+            token,
+            topic: topic.to_string(),
+            producer,
+            tail,
+            next,
+            heard,
+            session,
+            last_beat: None,
+            last_look: None,
+            parts,
+        };
+        roster.beat()?;
+        Ok(roster)
+    }
+
+    /// Writes a record with `key` and this process's token, and waits for it.
+    fn write(&mut self, key: &[u8]) -> Result<(), MembersError> {
+        let record = BaseRecord::<[u8], str>::to(&self.topic)
+            .partition(0)
+            .key(key)
+            .payload(&self.token);
+        self.producer
+            .send(record)
+            .map_err(|(e, _)| MembersError(format!("writing to {}: {e}", self.topic)))?;
+        self.producer
+            .flush(Duration::from_secs(10))
+            .map_err(|e| MembersError(format!("writing to {}: {e}", self.topic)))
+    }
+
+    /// Writes this process's heartbeat.
+    fn beat(&mut self) -> Result<(), MembersError> {
+        self.write(HEARTBEAT_KEY)?;
+        self.heard.note(&self.token, Instant::now(), false);
+        self.last_beat = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Beats when it is time, and when it is time to look: reads the claims topic and returns the
+    /// partitions that are this member's now. A failed write or read is logged and decides
+    /// nothing (the broker may be away; a member not heard from for a session loses its share).
+    pub fn tick(&mut self) -> Option<BTreeSet<TopicPartition>> {
+        if self
+            .last_beat
+            .is_none_or(|t| t.elapsed() >= HEARTBEAT_EVERY)
+        {
+            if let Err(e) = self.beat() {
+                tracing::warn!("membership from the log: heartbeat: {e}");
+                self.last_beat = Some(Instant::now());
+            }
+        }
+        if self.last_look.is_some_and(|t| t.elapsed() < LOOK_EVERY) {
+            return None;
+        }
+        self.last_look = Some(Instant::now());
+        match self.tail.read_from(self.next) {
+            Ok((records, next)) => {
+                let now = Instant::now();
+                for (key, value, _) in records.iter().map(parts_of) {
+                    if let Some((t, left)) = token_of(key, value) {
+                        self.heard.note(&t, now, left);
+                    }
+                }
+                self.next = next;
+            }
+            Err(e) => {
+                tracing::warn!("membership from the log: reading the claims topic: {e}");
+                return None;
+            }
+        }
+        let live = self.heard.live(Instant::now(), self.session);
+        Some(share(&self.parts, &live, &self.token))
+    }
+
+    /// Writes the record that says this process left, so the others take its partitions at once.
+    pub fn leave(&mut self) {
+        if let Err(e) = self.write(LEAVE_KEY) {
+            tracing::warn!("membership from the log: leaving: {e}");
+        }
+    }
+}
