@@ -14,7 +14,7 @@
 //! cannot be reached is not the record's fault: [`DecodeError::Unavailable`] makes the caller
 //! abort and retry the transaction instead.
 
-use crate::expr::{Datum, Row};
+use crate::expr::{infer, Datum, Row, Ty};
 use crate::record::{Compiled, DecodeError, Event, InputSpec, Meta, TimeSpec};
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value;
@@ -134,6 +134,59 @@ pub fn check_paths(schema: &Schema, spec: &InputSpec) -> Vec<String> {
             Schema::String | Schema::Int | Schema::Long | Schema::Enum(_) | Schema::Uuid(_)
         )
     };
+    // Every expression's static type, from the schema's: one that no record could evaluate
+    // (a string where a number is needed) is refused here rather than dead-lettered later.
+    let slot_types: Vec<Ty> = spec
+        .paths
+        .all()
+        .iter()
+        .map(|p| match field_schema(schema, p) {
+            Some(Schema::Boolean) => Ty::Bool,
+            Some(
+                Schema::Int
+                | Schema::Long
+                | Schema::Date
+                | Schema::TimestampMillis
+                | Schema::TimestampMicros
+                | Schema::LocalTimestampMillis
+                | Schema::LocalTimestampMicros,
+            ) => Ty::Int,
+            Some(Schema::Float | Schema::Double) => Ty::Float,
+            Some(Schema::String | Schema::Enum(_) | Schema::Uuid(_)) => Ty::Str,
+            _ => Ty::Any,
+        })
+        .collect();
+    let mut expressions: Vec<(String, &Compiled, &[Ty])> = Vec::new();
+    if let Some(f) = &spec.filter {
+        expressions.push(("input.filter".into(), f, &[Ty::Bool]));
+    }
+    for (i, part) in spec.key.iter().enumerate() {
+        expressions.push((format!("input.key[{i}]"), &part.value, &[Ty::Str, Ty::Int]));
+    }
+    if let TimeSpec::Field(c) = &spec.time {
+        expressions.push(("input.timestamp".into(), c, &[Ty::Int, Ty::Str]));
+    }
+    for f in &spec.fields {
+        expressions.push(("aggregation field".into(), f, &[Ty::Int, Ty::Float]));
+    }
+    for (what, c, want) in expressions {
+        if c.expr.as_field().is_some() {
+            continue; // a plain field: checked by its schema type below
+        }
+        match infer(&c.expr, &|s| slot_types[s]) {
+            Err(why) => problems.push(format!("{what} {:?}: {why}", c.text)),
+            Ok(t) if !matches!(t, Ty::Any | Ty::Null) && !want.contains(&t) => {
+                let want: Vec<&str> = want.iter().map(|w| w.name()).collect();
+                problems.push(format!(
+                    "{what} {:?} gives {}; it must give {}",
+                    c.text,
+                    t.name(),
+                    want.join(" or ")
+                ))
+            }
+            Ok(_) => {}
+        }
+    }
     let mut typed = |what: &str, c: &Compiled, ok: &dyn Fn(&Schema) -> bool| {
         let Some(path) = c.expr.as_field() else {
             return;

@@ -263,6 +263,26 @@ fn avro_config_problems_are_all_listed() {
         msg.contains("aggregation field \"page\" has an unusable type"),
         "{msg}"
     );
+    // Expressions are typed against the reader schema: what no record could evaluate is
+    // refused at validate, naming the expression; a well-typed one passes.
+    let text = "name = \"x\"\n[input]\nformat = \"avro\"\nschema = \"schemas/clickstream.avsc\"\nfilter = \"page > 3\"\nkey = [\"user_id\", \"price * 2\"]\ntimestamp = \"ts\"\n[window]\ntype = \"tumbling\"\nsize = \"1m\"\n[[aggregations]]\nname = \"s\"\nop = \"sum\"\nfield = \"lower(page)\"\n";
+    let mut raw = parse_raw(text, std::iter::empty()).unwrap();
+    raw.base_dir = Some(ROOT.into());
+    let msg = raw.validate().unwrap_err().to_string();
+    for needle in [
+        "input.filter \"page > 3\": cannot compare a string with an integer",
+        "input.key[1] \"price * 2\" gives a double; it must give a string or an integer",
+        "aggregation field \"lower(page)\" gives a string; it must give an integer or a double",
+    ] {
+        assert!(msg.contains(needle), "{needle} missing from: {msg}");
+    }
+    let good = text
+        .replace("page > 3", "page LIKE '/c%' AND price > 3")
+        .replace("price * 2", "lower(page)")
+        .replace("lower(page)\"\n", "price * 2\"\n");
+    let mut raw = parse_raw(&good, std::iter::empty()).unwrap();
+    raw.base_dir = Some(ROOT.into());
+    assert!(raw.validate().is_ok(), "{good}");
     // Confluent framing without any way to resolve ids.
     let msg = spec("framing = \"confluent\"", "").unwrap_err().to_string();
     assert!(msg.contains("needs [schema_registry] url"), "{msg}");

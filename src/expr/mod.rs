@@ -19,6 +19,7 @@
 //! The module is pure: it imports nothing from the rest of tidemark, and the same expression
 //! gives the same value for the same record in `simulate` and `run`.
 
+mod check;
 mod eval;
 mod parse;
 
@@ -28,6 +29,7 @@ mod tests;
 use std::borrow::Cow;
 use std::fmt;
 
+pub use check::{infer, Ty};
 pub use parse::parse;
 
 /// A value in an expression: a record's field, a literal or an intermediate result.

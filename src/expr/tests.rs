@@ -263,3 +263,48 @@ mod props {
         }
     }
 }
+
+#[test]
+fn static_types_refuse_what_no_record_could_evaluate() {
+    // Slot types: kind a string, price a double, qty an integer, flag a boolean, blob unknown.
+    let types = |paths: &Paths| {
+        let by_name: Vec<Ty> = paths
+            .all()
+            .iter()
+            .map(|p| match p.join(".").as_str() {
+                "kind" => Ty::Str,
+                "price" => Ty::Float,
+                "qty" => Ty::Int,
+                "flag" => Ty::Bool,
+                _ => Ty::Any,
+            })
+            .collect();
+        by_name
+    };
+    let check = |text: &str| {
+        let mut paths = Paths::default();
+        let e = parse(text, &mut paths).unwrap();
+        let t = types(&paths);
+        infer(&e, &|s| t[s])
+    };
+    assert_eq!(check("price * qty"), Ok(Ty::Float));
+    assert_eq!(check("qty * 2"), Ok(Ty::Int));
+    assert_eq!(check("kind = 'click' AND price > 0"), Ok(Ty::Bool));
+    assert_eq!(check("lower(kind)"), Ok(Ty::Str));
+    assert_eq!(check("coalesce(price, 0.0)"), Ok(Ty::Float));
+    assert_eq!(check("blob + 1"), Ok(Ty::Any));
+    assert_eq!(check("CAST(kind AS BIGINT)"), Ok(Ty::Int));
+    for (text, why) in [
+        ("kind * 2", "arithmetic needs a number, got a string"),
+        ("kind > 3", "cannot compare a string with an integer"),
+        ("price AND flag", "AND/OR needs a boolean, got a double"),
+        ("lower(qty)", "lower needs a string, got an integer"),
+        ("qty LIKE 'a%'", "LIKE needs a string, got an integer"),
+        (
+            "CASE WHEN kind THEN 1 END",
+            "CASE WHEN needs a boolean, got a string",
+        ),
+    ] {
+        assert_eq!(check(text), Err(why.to_string()), "{text}");
+    }
+}
