@@ -583,3 +583,60 @@ fn simulate_gives_records_their_kafka_timestamp_and_filters() {
         "{err}"
     );
 }
+
+/// Every key the pipeline file accepts, in every section, is in the pipeline reference or the
+/// operations guide: the list comes from the parser itself (the keys a section's error message
+/// says it expects), so a key added to the code and not to the documents fails here.
+#[test]
+fn every_key_of_the_pipeline_file_is_documented() {
+    let docs = ["docs/pipeline.md", "docs/operations.md"]
+        .iter()
+        .map(|d| std::fs::read_to_string(root().join(d)).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let base = "name = \"x\"\n[input]\nkey = \"k\"\ntimestamp = \"t\"\n[window]\ntype = \"tumbling\"\nsize = \"1m\"\n[watermark]\n[trigger]\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n[kafka]\nbootstrap_servers = \"a:1\"\ninput_topic = \"i\"\noutput_topic = \"o\"\ndead_letter_topic = \"d\"\n[metrics]\naddress = \"127.0.0.1:0\"\n[output]\n[schema_registry]\nurl = \"http://a\"\n[postgres]\nurl = \"x\"\ntable = \"t\"\n";
+    let mut checked = 0;
+    for section in [
+        "",
+        "input",
+        "watermark",
+        "trigger",
+        "aggregations",
+        "kafka",
+        "metrics",
+        "output",
+        "schema_registry",
+        "postgres",
+    ] {
+        let text = if section.is_empty() {
+            base.replacen('\n', "\nbogus = 1\n", 1)
+        } else {
+            base.lines()
+                .flat_map(|l| {
+                    let header = l == format!("[{section}]") || l == format!("[[{section}]]");
+                    std::iter::once(l.to_string()).chain(header.then(|| "bogus = 1".to_string()))
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let err = tidemark::config::parse_raw(&text, Vec::new())
+            .unwrap_err()
+            .to_string();
+        // serde says "expected one of `a`, `b`" (or "expected `a` or `b`" for two).
+        let expected = err
+            .split("expected ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{section}: {err}"));
+        let expected = expected.split('\n').next().unwrap_or_default();
+        for key in expected.split('`').skip(1).step_by(2) {
+            assert!(
+                docs.contains(&format!("{key} ="))
+                    || docs.contains(&format!("{key}`"))
+                    || docs.contains(&format!("{key}]")),
+                "[{section}] {key} is in no document"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 60, "only {checked} keys");
+}
