@@ -12,6 +12,8 @@
 //! * a pipeline with a filter, a key of two parts (one computed) and the Kafka record's own
 //!   timestamp, over null-keyed input, through the hop with two members: every window's last
 //!   pane is the fold of the records the filter keeps, each pane committed once;
+//! * processing time through the hop: windows by arrival fire as the clock passes them, and
+//!   every record is counted once;
 //! * the hop places keys where Kafka's default partitioner does (murmur2);
 //! * `repartition = false` dead-letters a record whose key is not its grouping key
 //!   (`key_mismatch`), and a repartition topic with another partition count is refused.
@@ -405,6 +407,78 @@ fn a_filter_a_two_part_key_and_record_timestamps_through_the_hop_with_two_member
             logs()
         );
     }
+}
+
+#[test]
+fn processing_time_windows_fire_by_the_clock_and_count_every_record_once() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let broker = Broker::start();
+    hop::create_topics(&broker, &[("arrivals", 2)]);
+    let dir = tempfile::tempdir().unwrap();
+    let text = hop::pipeline(
+        &broker.addr,
+        &dir.path().join("state"),
+        "m1",
+        &["arrivals"],
+        "",
+        "",
+    )
+    .replace("timestamp = \"ts\"", "time = \"processing\"")
+    .replace("max_out_of_orderness = \"300ms\"\n", "")
+    .replace("allowed_lateness = \"1s\"\n", "");
+    let cfg = write(dir.path(), "pipeline", &text);
+    let log = dir.path().join("member.log");
+    let member = start_member_logged(&cfg, &log);
+    wait_for_log(&log, "restored", 1, 60);
+    // Records without any time field, produced over about 3 s of the clock.
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &broker.addr)
+        .create()
+        .unwrap();
+    let n = 600u64;
+    for i in 0..n {
+        let v = serde_json::json!({"user": format!("u{}", i % 3), "amount": 1});
+        producer
+            .send(BaseRecord::<(), String>::to("arrivals").payload(&v.to_string()))
+            .unwrap();
+        if i % 100 == 99 {
+            producer.flush(Duration::from_secs(10)).unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    // Every window closes once the clock passes its end: no record after these is needed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let total = loop {
+        let got = hop::committed(&broker.addr);
+        let total: u64 = hop::last_panes(&got.panes)
+            .values()
+            .map(|(_, n, _)| n)
+            .sum();
+        if total >= n || Instant::now() > deadline {
+            break total;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert!(stop_member(member).success());
+    let got = hop::committed(&broker.addr);
+    assert!(got.audit.is_empty(), "{:?}", got.audit);
+    assert!(
+        got.dead.is_empty(),
+        "nothing is late under processing time: {:?}",
+        got.dead
+    );
+    assert_eq!(
+        total,
+        n,
+        "every record in one window's last pane, once; member log:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let windows = hop::last_panes(&got.panes).len();
+    assert!(
+        windows >= 3 * 2,
+        "the records spread over several 1-s windows: {windows}"
+    );
 }
 
 #[test]
