@@ -164,7 +164,7 @@ impl PartitionState {
         let mut timers = Timers::default();
         let in_memory = self.keys.iter().map(|(k, ks)| (k.as_str(), ks));
         for (key, ks) in in_memory.chain(partial.iter().map(|(k, ks)| (k.as_str(), ks))) {
-            timers.index_key(key, ks, rules);
+            rules.index_key(&mut timers, key, ks);
         }
         self.timers = timers;
         for ks in self.keys.values_mut() {

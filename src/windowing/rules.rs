@@ -9,7 +9,7 @@ use super::assigner::{SliceGrid, WindowKind};
 use super::keystate::slice_map::SliceMap;
 use super::keystate::{Cursor, KeyState, Running, WinState};
 use super::spec::EngineSpec;
-use super::timers::TimerKind;
+use super::timers::{TimerKind, Timers};
 
 /// How window state is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +56,24 @@ pub struct Rules {
 }
 
 impl Rules {
+    /// Adds the timers of `key`'s state, loaded from the store, to `timers`: one event-time
+    /// timer per window that needs one, its early deadline, and the key's service time.
+    pub fn index_key(&self, timers: &mut Timers, key: &str, ks: &KeyState) {
+        for (w, st) in ks.windows.iter() {
+            if let Some((time, kind)) = self.window_timer(w, st) {
+                timers.insert_event(time, kind, key, *w);
+            }
+            if let Some(d) = st.early_deadline {
+                timers.insert_proc(d, key, *w);
+            }
+        }
+        if ks.cursor.is_some() {
+            if let Some(time) = self.key_service_time(ks) {
+                timers.insert_event(time, TimerKind::KeyService, key, Window::new(0, 0));
+            }
+        }
+    }
+
     /// The event-time timer of a window state: its end while the ON_TIME pane is pending, then
     /// its end plus the allowed lateness, when it expires. A global window's end is never reached
     /// (only `finish` fires it); with an idle expiry it expires that long after its latest

@@ -2,11 +2,9 @@
 //! and then its expiry; one service timer per sliced key) and the processing-time timers of early
 //! firings. Both are ordered sets, so firing is a range scan up to the watermark (or clock), one
 //! timer at a time in (time, kind, key, window) order. Timers are derived state: they are rebuilt
-//! from a partition's entries when it opens ([`Timers::index_key`]) and never stored.
+//! from a partition's entries when it opens (`Rules::index_key`) and never stored.
 
 use super::assigner::Window;
-use super::keystate::KeyState;
-use super::rules::Rules;
 use compact_str::CompactString;
 use std::collections::BTreeSet;
 
@@ -112,30 +110,19 @@ impl Timers {
         }
     }
 
-    /// Adds the timers of a key loaded from the store.
-    pub fn index_key(&mut self, key: &str, ks: &KeyState, rules: &Rules) {
-        for (w, st) in ks.windows.iter() {
-            if let Some((time, kind)) = rules.window_timer(w, st) {
-                self.event.insert(Timer {
-                    time,
-                    kind,
-                    key: CompactString::from(key),
-                    window: *w,
-                });
-            }
-            if let Some(d) = st.early_deadline {
-                self.proc.insert((d, CompactString::from(key), *w));
-            }
-        }
-        if ks.cursor.is_some() {
-            if let Some(time) = rules.key_service_time(ks) {
-                self.event.insert(Timer {
-                    time,
-                    kind: TimerKind::KeyService,
-                    key: CompactString::from(key),
-                    window: Window::new(0, 0),
-                });
-            }
-        }
+    /// Adds an event-time timer of `kind` at `time` for `key`'s window `window` (at rebuild).
+    pub fn insert_event(&mut self, time: i64, kind: TimerKind, key: &str, window: Window) {
+        self.event.insert(Timer {
+            time,
+            kind,
+            key: CompactString::from(key),
+            window,
+        });
+    }
+
+    /// Adds a processing-time timer at `deadline` for `key`'s window `window` (at rebuild).
+    pub fn insert_proc(&mut self, deadline: i64, key: &str, window: Window) {
+        self.proc
+            .insert((deadline, CompactString::from(key), window));
     }
 }
