@@ -24,6 +24,12 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct AssignmentError(String);
 
 /// A big-endian reader over the consumer protocol's bytes.
+///
+/// `kafka-protocol` has the message (`ConsumerProtocolAssignment`), but its decoder reserves the
+/// declared length of an array before reading it (`Vec::with_capacity(n)` in 0.18): a corrupt or
+/// hostile length in a group description (`0x7f000000` topics) would abort the process on
+/// allocation. This reader bounds every length by the bytes left, so such an assignment is an
+/// error (`assignments_decode_in_every_version` shows it).
 struct Reader<'a>(&'a [u8]);
 
 impl Reader<'_> {
