@@ -13,9 +13,43 @@ pub(super) enum Share {
     /// The broker's consumer group `<application_id>-<sink>`; the consumer only keeps the
     /// membership (its partitions stay paused: records are read from the raw log).
     Group(BaseConsumer),
-    /// Membership from the log, in the topic `<application_id>-<sink>-members`: what the roster
-    /// last said is this member's.
-    Log(Box<Roster>, BTreeSet<TopicPartition>),
+    /// Membership from the log, in the topic `<application_id>-<sink>-members`.
+    Log(Box<LogShare>),
+}
+
+/// A sink member's state under membership from the log.
+pub(super) struct LogShare {
+    roster: Roster,
+    /// What the roster last said is this member's.
+    mine: BTreeSet<TopicPartition>,
+    /// Reads the topics' partition counts: a sink may start before the pipeline created its
+    /// output topic, so the partitions are looked up again until there are some, and then now
+    /// and then.
+    consumer: BaseConsumer,
+    topics: Vec<String>,
+    parts: Vec<TopicPartition>,
+    looked: std::time::Instant,
+}
+
+/// How often a sink under membership from the log looks up its topics' partitions again.
+const PARTITIONS_EVERY: Duration = Duration::from_secs(10);
+
+/// The partitions of `topics`, as the brokers' metadata has them (a missing topic has none).
+fn partitions_of(
+    consumer: &BaseConsumer,
+    topics: &[String],
+) -> Result<Vec<TopicPartition>, String> {
+    let mut parts = Vec::new();
+    for t in topics {
+        let md = consumer
+            .fetch_metadata(Some(t), Duration::from_secs(30))
+            .map_err(|e| format!("reading the partitions of {t}: {e}"))?;
+        for topic in md.topics() {
+            parts.extend(topic.partitions().iter().map(|p| (t.clone(), p.id())));
+        }
+    }
+    parts.sort();
+    Ok(parts)
 }
 
 impl Share {
@@ -35,15 +69,7 @@ impl Share {
                 .map_err(|e| startup("subscribing", e.to_string()))?;
             return Ok(Share::Group(consumer));
         }
-        let mut parts = Vec::new();
-        for t in topics {
-            let md = consumer
-                .fetch_metadata(Some(t), Duration::from_secs(30))
-                .map_err(|e| startup(&format!("reading the partitions of {t}"), e.to_string()))?;
-            for topic in md.topics() {
-                parts.extend(topic.partitions().iter().map(|p| (t.clone(), p.id())));
-            }
-        }
+        let parts = partitions_of(&consumer, topics).map_err(|e| startup("startup", e))?;
         let members = format!("{group}-members");
         create_topic(k, &members)?;
         let wall = crate::clock::wall_ms();
@@ -57,11 +83,18 @@ impl Share {
             &k.bootstrap_servers,
             &members,
             token,
-            parts,
+            parts.clone(),
             crate::kafka::roster::session(&k.properties),
         )
         .map_err(|e| startup("membership from the log", e.to_string()))?;
-        Ok(Share::Log(Box::new(roster), BTreeSet::new()))
+        Ok(Share::Log(Box::new(LogShare {
+            roster,
+            mine: BTreeSet::new(),
+            consumer,
+            topics: topics.to_vec(),
+            parts,
+            looked: std::time::Instant::now(),
+        })))
     }
 
     /// The partitions that are this member's now, after waiting up to `wait` for news.
@@ -79,23 +112,43 @@ impl Share {
                     .map(|e| (e.topic().to_string(), e.partition()))
                     .collect()
             }
-            Share::Log(roster, mine) => {
+            Share::Log(log) => {
                 std::thread::sleep(wait);
-                if let Some(want) = roster.tick() {
-                    if want != *mine {
+                let every = if log.parts.is_empty() {
+                    Duration::from_secs(1)
+                } else {
+                    PARTITIONS_EVERY
+                };
+                if log.looked.elapsed() >= every {
+                    log.looked = std::time::Instant::now();
+                    match partitions_of(&log.consumer, &log.topics) {
+                        Ok(parts) if parts != log.parts => {
+                            tracing::info!(
+                                partitions = parts.len(),
+                                "the sink's topics have new partitions"
+                            );
+                            log.roster.set_parts(parts.clone());
+                            log.parts = parts;
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!("{e}"),
+                    }
+                }
+                if let Some(want) = log.roster.tick() {
+                    if want != log.mine {
                         tracing::info!(partitions = ?want, "membership from the log: this member's partitions");
                     }
-                    *mine = want;
+                    log.mine = want;
                 }
-                mine.clone()
+                log.mine.clone()
             }
         }
     }
 
     /// Says this member is leaving, so the others take its partitions at once.
     pub(super) fn leave(&mut self) {
-        if let Share::Log(roster, _) = self {
-            roster.leave();
+        if let Share::Log(log) = self {
+            log.roster.leave();
         }
     }
 }

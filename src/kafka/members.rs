@@ -103,6 +103,11 @@ impl Roster {
         Ok(())
     }
 
+    /// Replaces the partitions the group shares (a topic that was created, or grew, since).
+    pub fn set_parts(&mut self, parts: Vec<TopicPartition>) {
+        self.parts = parts;
+    }
+
     /// Beats when it is time, and when it is time to look: reads the claims topic and returns the
     /// partitions that are this member's now. A failed write or read is logged and decides
     /// nothing (the broker may be away; a member not heard from for a session loses its share).
