@@ -3,6 +3,7 @@
 
 use super::{SinkError, TopicPartition};
 use crate::config::KafkaSpec;
+use crate::kafka::admin::{create_topics, partitions_of};
 use crate::kafka::members::Roster;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::collections::BTreeSet;
@@ -33,24 +34,6 @@ pub(super) struct LogShare {
 
 /// How often a sink under membership from the log looks up its topics' partitions again.
 const PARTITIONS_EVERY: Duration = Duration::from_secs(10);
-
-/// The partitions of `topics`, as the brokers' metadata has them (a missing topic has none).
-fn partitions_of(
-    consumer: &BaseConsumer,
-    topics: &[String],
-) -> Result<Vec<TopicPartition>, String> {
-    let mut parts = Vec::new();
-    for t in topics {
-        let md = consumer
-            .fetch_metadata(Some(t), Duration::from_secs(30))
-            .map_err(|e| format!("reading the partitions of {t}: {e}"))?;
-        for topic in md.topics() {
-            parts.extend(topic.partitions().iter().map(|p| (t.clone(), p.id())));
-        }
-    }
-    parts.sort();
-    Ok(parts)
-}
 
 impl Share {
     /// Joins the sink's group `group` over `topics`.
@@ -155,27 +138,11 @@ impl Share {
 
 /// Creates the topic `name` of one partition unless it exists.
 fn create_topic(k: &KafkaSpec, name: &str) -> Result<(), SinkError> {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::types::RDKafkaErrorCode;
-    let failed = |e: String| SinkError::Startup(format!("creating topic {name}: {e}"));
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = crate::source::base_config(k)
-        .create()
-        .map_err(|e| failed(e.to_string()))?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| failed(e.to_string()))?;
-    let results = rt
-        .block_on(admin.create_topics(
-            [&NewTopic::new(name, 1, TopicReplication::Fixed(1))],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-        ))
-        .map_err(|e| failed(e.to_string()))?;
-    for r in results {
-        match r {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((_, e)) => return Err(failed(e.to_string())),
-        }
-    }
-    Ok(())
+    use rdkafka::admin::{NewTopic, TopicReplication};
+    create_topics(
+        &crate::source::base_config(k),
+        &[NewTopic::new(name, 1, TopicReplication::Fixed(1))],
+    )
+    .map(|_| ())
+    .map_err(|e| SinkError::Startup(format!("creating topic {name}: {e}")))
 }

@@ -88,7 +88,8 @@ impl Membership {
             Some(super::roster::start(
                 k,
                 token,
-                partitions_of(&consumer, &topics)?,
+                crate::kafka::admin::partitions_of(&consumer, &topics)
+                    .map_err(RunError::Startup)?,
             )?)
         } else {
             None
@@ -329,23 +330,6 @@ fn unsubscribed(
         .create_with_context(context)
         .map_err(|e| RunError::Startup(format!("creating the consumer: {e}")))?;
     Ok((consumer, idle))
-}
-
-/// Every partition of `topics`, from the broker's metadata.
-fn partitions_of<C: rdkafka::consumer::ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-    topics: &[String],
-) -> Result<Vec<(String, i32)>, RunError> {
-    let mut out = Vec::new();
-    for t in topics {
-        let md = consumer
-            .fetch_metadata(Some(t), Duration::from_secs(30))
-            .map_err(|e| RunError::Startup(format!("reading the partitions of {t}: {e}")))?;
-        for topic in md.topics() {
-            out.extend(topic.partitions().iter().map(|p| (t.clone(), p.id())));
-        }
-    }
-    Ok(out)
 }
 
 /// A consumer created with `settings` and a rebalance context over `core`, subscribed to

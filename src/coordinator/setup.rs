@@ -11,9 +11,8 @@ use crate::format::{Encoder, OutputFormat};
 use crate::source::decode::Decoder;
 use crate::state::store::{StateStore, StoreConfig};
 use crate::windowing::engine::WINDOW_OPERATOR;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::RDKafkaErrorCode;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -184,28 +183,10 @@ pub(super) fn ensure_topics(k: &KafkaSpec, mode: Mode) -> Result<Layout, RunErro
 
 /// Creates `topics` (an existing one is fine).
 fn create(k: &KafkaSpec, topics: &[NewTopic<'_>]) -> Result<(), RunError> {
-    if topics.is_empty() {
-        return Ok(());
-    }
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = crate::source::base_config(k)
-        .create()
-        .map_err(|e| RunError::Startup(format!("creating an admin client: {e}")))?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| RunError::Startup(e.to_string()))?;
-    let results = rt
-        .block_on(admin.create_topics(
-            topics.iter(),
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-        ))
-        .map_err(|e| RunError::Startup(format!("creating topics: {e}")))?;
-    for r in results {
-        match r {
-            Ok(t) => tracing::info!(topic = t, "created topic"),
-            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, e)) => return Err(RunError::Startup(format!("creating topic {t}: {e}"))),
-        }
+    let created = crate::kafka::admin::create_topics(&crate::source::base_config(k), topics)
+        .map_err(RunError::Startup)?;
+    for t in created {
+        tracing::info!(topic = t, "created topic");
     }
     Ok(())
 }

@@ -116,10 +116,9 @@ pub fn to_json(pane: &Pane, epoch: u64, aggregations: &[AggSpec], shape: KeyShap
     out.push_str("{\"key\":");
     match shape {
         KeyShape::None => out.push_str("null"),
-        KeyShape::Many if serde_json::from_str::<Vec<Value>>(&pane.key).is_ok() => {
-            out.push_str(&pane.key)
-        }
-        _ => out.push_str(&Value::from(pane.key.as_str()).to_string()),
+        // A key of several parts is the JSON array `record::encode_key` wrote.
+        KeyShape::Many => out.push_str(&pane.key),
+        KeyShape::One => out.push_str(&Value::from(pane.key.as_str()).to_string()),
     }
     let _ = write!(
         out,

@@ -1,5 +1,6 @@
 //! Kafka client pieces shared by the runtime, restore, `audit`, `tail` and the tests.
 
+pub mod admin;
 pub mod assignor;
 pub mod group;
 pub mod members;
