@@ -18,7 +18,7 @@ use tidemark::config::PostgresSpec;
 use tidemark::connect::postgres::{ensure_tables, write_pane_batch};
 use tidemark::connect::{Batch, Offsets};
 use tidemark::format::pane::PaneRecord;
-use tidemark::windowing::aggregate::{AggOp, AggSpec};
+use tidemark::windowing::aggregate::AggSpec;
 use tidemark::windowing::trigger::Timing;
 
 const BATCH: usize = 10_000;
@@ -39,8 +39,8 @@ fn rows(n: usize) -> Vec<PaneRecord> {
             timing: Timing::OnTime,
             count: (i % 17) as u64 + 1,
             aggregates: vec![
-                ("n".into(), Some((i % 17) as f64 + 1.0)),
-                ("total".into(), Some(i as f64 * 0.5)),
+                ("n".into(), serde_json::Value::from((i % 17) + 1)),
+                ("total".into(), serde_json::Value::from(i as f64 * 0.5)),
             ],
         })
         .collect()
@@ -101,16 +101,8 @@ fn main() {
     let pg = common::Postgres::start();
     let mut db = pg.client();
     let aggs = vec![
-        AggSpec {
-            name: "n".into(),
-            op: AggOp::Count,
-            field: None,
-        },
-        AggSpec {
-            name: "total".into(),
-            op: AggOp::Sum,
-            field: Some(0),
-        },
+        AggSpec::new("n", "count", None),
+        AggSpec::new("total", "sum", Some(0)),
     ];
     let spec = PostgresSpec {
         url: pg.url(),

@@ -166,8 +166,8 @@ pub fn check_paths(schema: &Schema, spec: &InputSpec) -> Vec<String> {
     if let TimeSpec::Field(c) = &spec.time {
         expressions.push(("input.timestamp".into(), c, &[Ty::Int, Ty::Str]));
     }
-    for f in &spec.fields {
-        expressions.push(("aggregation field".into(), f, &[Ty::Int, Ty::Float]));
+    for f in spec.fields.iter().filter(|f| f.numeric) {
+        expressions.push(("aggregation field".into(), &f.value, &[Ty::Int, Ty::Float]));
     }
     for (what, c, want) in expressions {
         if c.expr.as_field().is_some() {
@@ -206,8 +206,8 @@ pub fn check_paths(schema: &Schema, spec: &InputSpec) -> Vec<String> {
     if let TimeSpec::Field(c) = &spec.time {
         typed("input.timestamp", c, &time);
     }
-    for f in &spec.fields {
-        typed("aggregation field", f, &numeric);
+    for f in spec.fields.iter().filter(|f| f.numeric) {
+        typed("aggregation field", &f.value, &numeric);
     }
     problems
 }

@@ -36,6 +36,16 @@ pub struct Compiled {
     pub expr: Expr,
 }
 
+/// One input of the aggregations: the expression, and whether an aggregation reads it as a
+/// number (a record whose value there is of another type, and not NULL, is dead-lettered).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldInput {
+    /// The expression.
+    pub value: Compiled,
+    /// Whether it must be a number or NULL.
+    pub numeric: bool,
+}
+
 /// One part of the grouping key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyPart {
@@ -70,8 +80,8 @@ pub struct InputSpec {
     pub key: Vec<KeyPart>,
     /// The event time.
     pub time: TimeSpec,
-    /// The aggregations' input values; aggregations refer to them by index.
-    pub fields: Vec<Compiled>,
+    /// The aggregations' inputs; aggregations refer to them by index.
+    pub fields: Vec<FieldInput>,
 }
 
 /// What the decoder knows of a record besides its value.
@@ -214,7 +224,13 @@ impl InputSpec {
             value: compile(key),
         }];
         let time = TimeSpec::Field(compile(timestamp));
-        let fields = fields.iter().map(|f| compile(f)).collect();
+        let fields = fields
+            .iter()
+            .map(|f| FieldInput {
+                value: compile(f),
+                numeric: true,
+            })
+            .collect();
         InputSpec {
             paths,
             filter: None,
@@ -305,21 +321,18 @@ impl InputSpec {
         let mut values = Vec::with_capacity(self.fields.len());
         for f in &self.fields {
             let v = f
+                .value
                 .expr
                 .eval(row)
-                .map_err(|e| failed(&format!("field {:?}", f.text), e))?;
-            match v {
-                Datum::Null => return Err(DecodeError::MissingField(f.text.clone())),
-                Datum::Int(i) => values.push(i as f64),
-                Datum::Float(x) => values.push(x),
-                other => {
-                    return Err(DecodeError::WrongType {
-                        field: f.text.clone(),
-                        expected: "a number",
-                        got: other.type_name().to_string(),
-                    })
-                }
+                .map_err(|e| failed(&format!("field {:?}", f.value.text), e))?;
+            if f.numeric && !matches!(v, Datum::Null | Datum::Int(_) | Datum::Float(_)) {
+                return Err(DecodeError::WrongType {
+                    field: f.value.text.clone(),
+                    expected: "a number",
+                    got: v.type_name().to_string(),
+                });
             }
+            values.push(v.into_owned());
         }
         Ok(Some(Event { key, ts, values }))
     }
@@ -809,7 +822,7 @@ mod tests {
             Event {
                 key: "u1".into(),
                 ts: 1000,
-                values: vec![2.5]
+                values: vec![Datum::Float(2.5)]
             }
         );
         let e = decode(
@@ -845,7 +858,13 @@ mod tests {
             "processing" => TimeSpec::Processing,
             t => TimeSpec::Field(compile(t)),
         };
-        let fields = fields.iter().map(|f| compile(f)).collect();
+        let fields = fields
+            .iter()
+            .map(|f| FieldInput {
+                value: compile(f),
+                numeric: true,
+            })
+            .collect();
         InputSpec {
             paths,
             filter,
@@ -872,7 +891,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(e.key, r#"["/a","de"]"#);
-        assert_eq!(e.values, vec![5.0]);
+        assert_eq!(e.values, vec![Datum::Float(5.0)]);
         // Rejected by the filter: not an error; the timestamp is not even read.
         for rejected in [
             r#"{"kind":"view","price":2.5,"qty":2,"page":"/a","geo":{"country":"DE"}}"#,
@@ -992,11 +1011,16 @@ mod tests {
             br#"{"user":{"id":"u"},"ts":1e300,"amount":1}"#,
             br#"{"user":{"id":"u"},"ts":9223372036854775807,"amount":1}"#,
             br#"{"user":{"id":"u"},"ts":1,"amount":"12"}"#,
-            br#"{"user":{"id":"u"},"ts":1,"amount":null}"#,
-            br#"{"user":{"id":"u"},"ts":1}"#,
         ];
         for c in cases {
             assert!(decode(&d, c).is_err(), "{}", String::from_utf8_lossy(c));
+        }
+        // A NULL or absent aggregation input is not an error: aggregations skip NULLs, as SQL's do.
+        for c in [
+            br#"{"user":{"id":"u"},"ts":1,"amount":null}"#.as_slice(),
+            br#"{"user":{"id":"u"},"ts":1}"#,
+        ] {
+            assert_eq!(decode(&d, c).unwrap().values, vec![Datum::Null]);
         }
     }
 

@@ -35,11 +35,17 @@ pub fn window_text(
     }
 }
 
-fn number(v: Option<f64>) -> String {
+/// An aggregate's cell: numbers rounded to three decimals, NULL as `-`, other values as JSON.
+fn cell(v: &serde_json::Value) -> String {
     match v {
-        None => "-".to_string(),
-        Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("{}", x as i64),
-        Some(x) => format!("{x:.3}"),
+        serde_json::Value::Null => "-".to_string(),
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Number(n) => match n.as_f64() {
+            Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("{}", x as i64),
+            Some(x) => format!("{x:.3}"),
+            None => n.to_string(),
+        },
+        other => other.to_string(),
     }
 }
 
@@ -52,7 +58,7 @@ const EPOCH: usize = 5;
 const VALUE: usize = 12;
 
 /// The header line for panes with these aggregates.
-pub fn header(aggregates: &[(String, Option<f64>)]) -> String {
+pub fn header(aggregates: &[(String, serde_json::Value)]) -> String {
     let mut line = format!(
         "{:<KEY$} {:<WINDOW$} {:<TIMING$} {:>PANE$} {:>EPOCH$} {:>VALUE$}",
         "key", "window", "timing", "pane", "epoch", "count"
@@ -75,7 +81,7 @@ pub fn line(row: &PaneRecord, tz: &impl chrono::TimeZone<Offset: std::fmt::Displ
         row.count
     );
     for (_, v) in &row.aggregates {
-        line.push_str(&format!(" {:>VALUE$}", number(*v)));
+        line.push_str(&format!(" {:>VALUE$}", cell(v)));
     }
     line
 }
@@ -121,8 +127,8 @@ mod tests {
             epoch: 1,
             count: 4,
             aggregates: vec![
-                ("clicks".into(), Some(4.0)),
-                ("avg".into(), Some(2.0 / 3.0)),
+                ("clicks".into(), serde_json::Value::from(4)),
+                ("avg".into(), serde_json::Value::from(2.0 / 3.0)),
             ],
         };
         let utc = chrono::Utc;

@@ -17,6 +17,7 @@ use tidemark::format::avro::{AvroEncoder, DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHE
 use tidemark::format::dead_letter::DeadLetter;
 use tidemark::record::{DecodeError, Meta};
 use tidemark::source::decode::Decoder;
+use tidemark::windowing::aggregate::{Output, Value as Datum};
 use tidemark::windowing::assigner::Window;
 use tidemark::windowing::engine::{dedup_id, Pane};
 use tidemark::windowing::trigger::Timing;
@@ -82,7 +83,7 @@ fn plain_avro_decodes_with_the_reader_schema() {
     let e = decode(&mut d, &bytes).unwrap();
     assert_eq!(
         (e.key.as_str(), e.ts, e.values.clone()),
-        ("u1", 1_000, vec![2.5])
+        ("u1", 1_000, floats(&[2.5]))
     );
 }
 
@@ -119,7 +120,7 @@ fn confluent_framing_resolves_local_ids_and_evolves_both_ways() {
     let b = encode_value(&parse_schema("old", old).unwrap(), Some(1), old_value).unwrap();
     assert_eq!(&b[..5], &[0, 0, 0, 0, 1], "magic byte and big-endian id");
     let e = decode(&mut d, &b).unwrap();
-    assert_eq!((e.ts, e.values.clone()), (5, vec![0.0]));
+    assert_eq!((e.ts, e.values.clone()), (5, floats(&[0.0])));
 
     let new_value = Value::Record(vec![
         ("user_id".into(), Value::String("u".into())),
@@ -133,7 +134,7 @@ fn confluent_framing_resolves_local_ids_and_evolves_both_ways() {
     ]);
     let b = encode_value(&parse_schema("new", new).unwrap(), Some(2), new_value).unwrap();
     let e = decode(&mut d, &b).unwrap();
-    assert_eq!((e.ts, e.values.clone()), (6, vec![4.0]));
+    assert_eq!((e.ts, e.values.clone()), (6, floats(&[4.0])));
 
     let b = encode_value(
         &schema_file("clickstream.avsc"),
@@ -176,8 +177,9 @@ fn confluent_framing_resolves_local_ids_and_evolves_both_ways() {
 }
 
 #[test]
-fn a_missing_value_and_undecodable_bytes_are_errors() {
-    // The reader makes `price` nullable; a record whose price is null cannot be summed.
+fn a_null_value_is_skipped_and_undecodable_bytes_are_errors() {
+    // The reader makes `price` nullable; a record whose price is null is aggregated with its
+    // NULL, which `sum` skips, as SQL's does.
     let nullable = r#"{"type":"record","name":"Click","namespace":"io.tidemark.demo","fields":[
         {"name":"user_id","type":"string"},
         {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},
@@ -203,10 +205,7 @@ fn a_missing_value_and_undecodable_bytes_are_errors() {
         ("price".into(), Value::Union(0, Box::new(Value::Null))),
     ]);
     let b = encode_value(&schema, None, v).unwrap();
-    assert_eq!(
-        decode(&mut d, &b).unwrap_err(),
-        DecodeError::MissingField("price".into())
-    );
+    assert_eq!(decode(&mut d, &b).unwrap().values, vec![Datum::Null]);
     for junk in [
         &b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"[..],
         b"",
@@ -235,7 +234,7 @@ fn timestamp_micros_become_milliseconds() {
     ]);
     let b = encode_value(&schema_file("sensor_reading.avsc"), None, v).unwrap();
     let e = decode(&mut d, &b).unwrap();
-    assert_eq!((e.ts, e.values), (1_500, vec![21.5]));
+    assert_eq!((e.ts, e.values), (1_500, floats(&[21.5])));
 }
 
 #[test]
@@ -320,7 +319,7 @@ fn registry_ids_resolve_and_register_and_a_dead_registry_fails_at_start() {
         click("u", 9, 3.0),
     )
     .unwrap();
-    assert_eq!(decode(&mut d, &b).unwrap().values, vec![3.0]);
+    assert_eq!(decode(&mut d, &b).unwrap().values, floats(&[3.0]));
     let unknown = encode_value(
         &schema_file("clickstream.avsc"),
         Some(77),
@@ -356,6 +355,11 @@ fn registry_ids_resolve_and_register_and_a_dead_registry_fails_at_start() {
     assert!(err.contains("schema registry"), "{err}");
 }
 
+/// Double input values.
+fn floats(xs: &[f64]) -> Vec<Datum> {
+    xs.iter().map(|&x| Datum::Float(x)).collect()
+}
+
 fn pane(timing: Timing, values: Vec<Option<f64>>) -> Pane {
     Pane {
         key: "user-1".into(),
@@ -367,7 +371,10 @@ fn pane(timing: Timing, values: Vec<Option<f64>>) -> Pane {
         pane_index: 2,
         dedup_id: dedup_id("p", "user-1", Window::new(60_000, 120_000)),
         count: 3,
-        values: values.into(),
+        values: values
+            .into_iter()
+            .map(|v| Output::Value(v.map_or(Datum::Null, Datum::Float)))
+            .collect(),
     }
 }
 

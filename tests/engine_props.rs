@@ -12,6 +12,7 @@ use proptest::prelude::*;
 use tidemark::config::{parse_raw, PipelineSpec};
 use tidemark::record::Event;
 use tidemark::state::store::StateStore;
+use tidemark::windowing::aggregate::{Output, Value};
 use tidemark::windowing::assigner::SliceGrid;
 use tidemark::windowing::engine::{Admission, Engine, Layout, Pane};
 use tidemark::windowing::trigger::Timing;
@@ -25,6 +26,13 @@ fn spec(window: &str, extra_top: &str, trigger: &str, aggs: &str) -> PipelineSpe
 
 const COUNT_SUM: &str = "[[aggregations]]\nname = \"n\"\nop = \"count\"\n[[aggregations]]\nname = \"s\"\nop = \"sum\"\nfield = \"v\"\n";
 const ALL: &str = "[[aggregations]]\nname = \"n\"\nop = \"count\"\n[[aggregations]]\nname = \"s\"\nop = \"sum\"\nfield = \"v\"\n[[aggregations]]\nname = \"lo\"\nop = \"min\"\nfield = \"v\"\n[[aggregations]]\nname = \"hi\"\nop = \"max\"\nfield = \"v\"\n";
+
+/// Aggregations that are exact whatever the grouping and can all retract: sliced sliding
+/// windows move a running aggregate with them.
+const RETRACTING: &str = "[[aggregations]]\nname = \"n\"\nop = \"count\"\n[[aggregations]]\nname = \"s\"\nop = \"sum\"\nfield = \"v\"\n[[aggregations]]\nname = \"d\"\nop = \"count_distinct\"\nfield = \"v\"\n[[aggregations]]\nname = \"top\"\nop = \"top_k\"\nfield = \"v\"\nk = 2\n";
+
+/// Every operation (the sketches and moments among them, so nothing retracts).
+const EVERY: &str = "[[aggregations]]\nname = \"n\"\nop = \"count\"\n[[aggregations]]\nname = \"s\"\nop = \"sum\"\nfield = \"v\"\n[[aggregations]]\nname = \"hi\"\nop = \"max\"\nfield = \"v\"\n[[aggregations]]\nname = \"d\"\nop = \"count_distinct\"\nfield = \"v\"\n[[aggregations]]\nname = \"hll\"\nop = \"approx_count_distinct\"\nfield = \"v\"\n[[aggregations]]\nname = \"p50\"\nop = \"approx_percentile\"\nfield = \"v\"\nq = 0.5\n[[aggregations]]\nname = \"f\"\nop = \"first\"\nfield = \"v\"\n[[aggregations]]\nname = \"l\"\nop = \"last\"\nfield = \"v\"\n[[aggregations]]\nname = \"sd\"\nop = \"stddev_samp\"\nfield = \"v\"\n[[aggregations]]\nname = \"top\"\nop = \"top_k\"\nfield = \"v\"\n[[aggregations]]\nname = \"dur\"\nop = \"duration\"\n";
 
 /// One step of a scripted run.
 #[derive(Debug, Clone)]
@@ -69,7 +77,7 @@ fn drive(engine: &mut Engine, ops: &[Op]) -> Vec<Pane> {
                 let ev = Event {
                     key: format!("k{key}"),
                     ts,
-                    values: vec![v as f64],
+                    values: vec![Value::Float(v as f64)],
                 };
                 engine.process(&ev).unwrap();
             }
@@ -114,7 +122,7 @@ proptest! {
         ops in ops(120),
         size_mul in 1i64..5, slide in 1i64..8, offset in 0i64..8,
         lateness in prop_oneof![Just(0i64), 1i64..30],
-        late_none in any::<bool>(), discarding in any::<bool>(), minmax in any::<bool>(),
+        late_none in any::<bool>(), discarding in any::<bool>(), aggs in 0u8..3,
     ) {
         // Sizes that divide evenly and sizes that do not.
         let size = slide * size_mul + (offset % 3);
@@ -125,7 +133,7 @@ proptest! {
             if late_none { "none" } else { "every_element" },
             if discarding { "discarding" } else { "accumulating" }
         );
-        let s = spec(&window, &format!("allowed_lateness = \"{lateness}ms\""), &trigger, if minmax { ALL } else { COUNT_SUM });
+        let s = spec(&window, &format!("allowed_lateness = \"{lateness}ms\""), &trigger, [COUNT_SUM, ALL, RETRACTING][aggs as usize]);
         let (_d1, mut sliced) = open(&s, Layout::Sliced(SliceGrid::new(size, slide, offset)), 1 << 20);
         let (_d2, mut naive) = open(&s, Layout::PerWindow, 1 << 20);
         prop_assert_eq!(sorted(drive(&mut sliced, &ops)), sorted(drive(&mut naive, &ops)));
@@ -176,7 +184,8 @@ proptest! {
             .into_iter()
             .map(|(key, (st, end, n, sum))| {
                 format!("{:?}", (format!("k{key}"), tidemark::windowing::assigner::Window::new(st, end),
-                    tidemark::windowing::trigger::Timing::OnTime, 0u32, n, vec![Some(n as f64), Some(sum)]))
+                    tidemark::windowing::trigger::Timing::OnTime, 0u32, n,
+                    vec![Output::Value(Value::Int(n as i64)), Output::Value(Value::Float(sum))]))
             })
             .collect();
         want.sort();
@@ -190,6 +199,7 @@ proptest! {
         kind in 0u8..4,
         lateness in 0i64..40,
         counts in 0u8..5,
+        every in any::<bool>(),
     ) {
         let window = match kind {
             0 => "type = \"tumbling\"\nsize = \"10ms\"",
@@ -209,7 +219,9 @@ proptest! {
             _ => "early_every = \"5ms\"\nearly_count = 3\nlate_count = 2",
         };
         let lateness = if kind == 3 { 0 } else { lateness };
-        let s = spec(window, &format!("allowed_lateness = \"{lateness}ms\""), trigger, ALL);
+        // Every operation's state is saved and loaded bit for bit.
+        let aggs = if every { EVERY } else { ALL };
+        let s = spec(window, &format!("allowed_lateness = \"{lateness}ms\""), trigger, aggs);
         let layout = Layout::for_spec(&s.engine);
         let (_d1, mut straight) = open(&s, layout, 1 << 20);
         let want = drive(&mut straight, &ops);
@@ -227,7 +239,7 @@ proptest! {
             for op in chunk {
                 match *op {
                     Op::Event { key, ts, v } => {
-                        e.process(&Event { key: format!("k{key}"), ts, values: vec![v as f64] }).unwrap();
+                        e.process(&Event { key: format!("k{key}"), ts, values: vec![Value::Float(v as f64)] }).unwrap();
                     }
                     Op::Watermark(w) => e.advance_watermark(w).unwrap(),
                     Op::Proc(d) => e.advance_processing_time(e.processing_time() + d).unwrap(),
@@ -293,7 +305,7 @@ proptest! {
         for op in &ops {
             match *op {
                 Op::Event { key, ts, v } => {
-                    let ev = Event { key: format!("k{key}"), ts, values: vec![v as f64] };
+                    let ev = Event { key: format!("k{key}"), ts, values: vec![Value::Float(v as f64)] };
                     if engine.process(&ev).unwrap() == Admission::Accepted {
                         *accepted.entry(ev.key).or_default() += 1;
                     }
@@ -365,7 +377,7 @@ fn sessions_in_the_older_format_load_and_are_rewritten() {
     let ev = |key: &str, ts: i64| Event {
         key: key.into(),
         ts,
-        values: vec![1.0],
+        values: vec![Value::Float(1.0)],
     };
     let first = [ev("a", 0), ev("a", 5), ev("b", 3)];
     let later = [ev("a", 12), ev("b", 40)];

@@ -349,15 +349,11 @@ fn a_key_of_several_parts_gets_a_column_per_part() {
     use tidemark::connect::postgres::{ensure_tables, write_pane_batch};
     use tidemark::connect::{Batch, Offsets};
     use tidemark::format::pane::PaneRecord;
-    use tidemark::windowing::aggregate::{AggOp, AggSpec};
+    use tidemark::windowing::aggregate::AggSpec;
     use tidemark::windowing::trigger::Timing;
     let pg = Postgres::start();
     let mut db = pg.client();
-    let aggs = [AggSpec {
-        name: "clicks".into(),
-        op: AggOp::Count,
-        field: None,
-    }];
+    let aggs = [AggSpec::new("clicks", "count", None)];
     let pane = |key: &str, dedup: &str, index: u32, count: u64| PaneRecord {
         key: key.into(),
         window_start: 0,
@@ -367,7 +363,7 @@ fn a_key_of_several_parts_gets_a_column_per_part() {
         dedup_id: dedup.into(),
         epoch: 0,
         count,
-        aggregates: vec![("clicks".into(), Some(count as f64))],
+        aggregates: vec![("clicks".into(), serde_json::Value::from(count))],
     };
     for (table, key_columns, key, want) in [
         (

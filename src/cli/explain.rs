@@ -3,7 +3,6 @@
 
 use crate::config::{self, PipelineSpec};
 use crate::record::TimeSpec;
-use crate::windowing::aggregate::AggOp;
 use crate::windowing::assigner::WindowKind;
 use crate::windowing::trigger::{Accumulation, LateFiring};
 use clap::Args;
@@ -207,16 +206,14 @@ pub fn plan(spec: &PipelineSpec) -> String {
         .aggregations
         .iter()
         .map(|a| {
-            let op = match a.op {
-                AggOp::Count => "count",
-                AggOp::Sum => "sum",
-                AggOp::Min => "min",
-                AggOp::Max => "max",
-                AggOp::Mean => "mean",
-            };
-            let arg = a
+            let op = a.op.name();
+            let mut arg = a
                 .field
-                .map_or("*".to_string(), |i| input.fields[i].text.clone());
+                .map_or("*".to_string(), |i| input.fields[i].value.text.clone());
+            let params = a.op.params();
+            if !params.is_empty() {
+                arg = format!("{arg}; {params}");
+            }
             format!("{} = {op}({arg})", a.name)
         })
         .collect();

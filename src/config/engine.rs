@@ -4,7 +4,7 @@
 use super::checker::Checker;
 use super::{RawConfig, RawWindow};
 use crate::format::pane::RESERVED_FIELDS as RESERVED_PANE_FIELDS;
-use crate::windowing::aggregate::{AggOp, AggSpec};
+use crate::windowing::aggregate::{self, AggSpec, Input, Params};
 use crate::windowing::assigner::WindowKind;
 use crate::windowing::spec::EngineSpec;
 use crate::windowing::time::format_duration;
@@ -280,9 +280,13 @@ impl RawConfig {
     }
 
     /// `[[aggregations]]`: the valid aggregations, and the distinct input expressions they
-    /// read, as written (aggregations refer to them by index; `validate_input` compiles them).
-    pub(super) fn validate_aggregations(&self, c: &mut Checker) -> (Vec<AggSpec>, Vec<String>) {
-        let mut fields: Vec<String> = Vec::new();
+    /// read, as written, each with whether an aggregation reads it as a number (aggregations
+    /// refer to them by index; `validate_input` compiles them).
+    pub(super) fn validate_aggregations(
+        &self,
+        c: &mut Checker,
+    ) -> (Vec<AggSpec>, Vec<(String, bool)>) {
+        let mut fields: Vec<(String, bool)> = Vec::new();
         let mut aggregations = Vec::new();
         if self.aggregations.is_empty() {
             c.fail("aggregations", "at least one aggregation is required");
@@ -305,42 +309,53 @@ impl RawConfig {
                     format!("duplicate output name {:?}", agg.name),
                 );
             }
-            let op = match agg.op.as_str() {
-                "count" => Some(AggOp::Count),
-                "sum" => Some(AggOp::Sum),
-                "min" => Some(AggOp::Min),
-                "max" => Some(AggOp::Max),
-                "mean" | "avg" => Some(AggOp::Mean),
-                other => {
-                    c.fail(
-                        &format!("{at}.op"),
-                        format!("unknown operation {other:?}: use count, sum, min, max or mean"),
-                    );
+            let params = Params {
+                q: agg.q,
+                k: agg.k,
+                precision: agg.precision,
+                relative_error: agg.relative_error,
+            };
+            let op = match aggregate::operation(agg.op.trim(), &params) {
+                Ok(op) => Some(op),
+                Err(why) => {
+                    c.fail(&format!("{at}.op"), why);
                     None
                 }
             };
-            let field = match (op, &agg.field) {
-                (Some(AggOp::Count), Some(_)) => {
-                    c.fail(&format!("{at}.field"), "count takes no field");
+            let field = match (op.as_ref().map(|o| o.input()), &agg.field) {
+                (Some(Input::Nothing), Some(_)) => {
+                    c.fail(&format!("{at}.field"), format!("{} takes no field", agg.op));
                     None
                 }
-                (Some(AggOp::Count), None) | (None, _) => None,
-                (Some(_), None) => {
-                    c.fail(
-                        &format!("{at}.field"),
-                        format!("{} needs a numeric field", agg.op),
-                    );
+                (Some(Input::Nothing), None) | (None, _) => None,
+                (Some(input), None) => {
+                    let what = if input == Input::Number {
+                        "a numeric field"
+                    } else {
+                        "a field"
+                    };
+                    c.fail(&format!("{at}.field"), format!("{} needs {what}", agg.op));
                     None
                 }
-                (Some(_), Some(text)) => {
+                (Some(input), Some(text)) => {
                     let text = text.trim().to_string();
-                    let idx = fields.iter().position(|f| *f == text).unwrap_or_else(|| {
-                        fields.push(text);
-                        fields.len() - 1
-                    });
+                    let numeric = input == Input::Number;
+                    let idx = match fields.iter().position(|f| f.0 == text) {
+                        Some(i) => {
+                            fields[i].1 |= numeric;
+                            i
+                        }
+                        None => {
+                            fields.push((text, numeric));
+                            fields.len() - 1
+                        }
+                    };
                     Some(idx)
                 }
             };
+            if let Some(note) = op.as_ref().and_then(|o| o.state_note()) {
+                c.warnings.push(format!("{at} ({}): {note}", agg.op));
+            }
             if let Some(op) = op {
                 aggregations.push(AggSpec {
                     name: agg.name.clone(),

@@ -4,12 +4,16 @@
 use super::checker::Checker;
 use super::{RawConfig, RawKey, RawKeyPart};
 use crate::expr::{self, Paths};
-use crate::record::{Compiled, InputSpec, KeyPart, TimeSpec, RECORD_TIMESTAMP};
+use crate::record::{Compiled, FieldInput, InputSpec, KeyPart, TimeSpec, RECORD_TIMESTAMP};
 
 impl RawConfig {
     /// `[input]` filter, key, timestamp and time, with the aggregations' input texts `fields`:
     /// the compiled [`InputSpec`], or `None` after recording every problem.
-    pub(super) fn validate_input(&self, fields: &[String], c: &mut Checker) -> Option<InputSpec> {
+    pub(super) fn validate_input(
+        &self,
+        fields: &[(String, bool)],
+        c: &mut Checker,
+    ) -> Option<InputSpec> {
         let mut paths = Paths::default();
         let mut ok = true;
         let mut compile = |field: &str, text: &str, c: &mut Checker| -> Option<Compiled> {
@@ -106,7 +110,7 @@ impl RawConfig {
             (false, Some(t)) => compile("input.timestamp", t, c).map(TimeSpec::Field),
         };
         let mut compiled_fields = Vec::new();
-        for (i, text) in fields.iter().enumerate() {
+        for (i, (text, numeric)) in fields.iter().enumerate() {
             let field = self
                 .aggregations
                 .iter()
@@ -114,8 +118,11 @@ impl RawConfig {
                 .map_or(format!("aggregations.field[{i}]"), |j| {
                     format!("aggregations[{j}].field")
                 });
-            if let Some(f) = compile(&field, text, c) {
-                compiled_fields.push(f);
+            if let Some(value) = compile(&field, text, c) {
+                compiled_fields.push(FieldInput {
+                    value,
+                    numeric: *numeric,
+                });
             }
         }
         if !ok {

@@ -422,11 +422,23 @@ pub struct RawTrigger {
 pub struct RawAggregation {
     /// Output field name.
     pub name: String,
-    /// `count`, `sum`, `min`, `max` or `mean`.
+    /// The operation: `count`, `sum`, `min`, `max`, `mean`, `count_distinct`, `top_k`, ...
     pub op: String,
-    /// The numeric input: a field path or a SQL expression (not for `count`).
+    /// The input: a field path or a SQL expression (not for `count`).
     #[serde(default)]
     pub field: Option<String>,
+    /// The quantile of `approx_percentile`, from 0 to 1.
+    #[serde(default)]
+    pub q: Option<f64>,
+    /// How many values `top_k` outputs (default 3).
+    #[serde(default)]
+    pub k: Option<u32>,
+    /// The HyperLogLog precision of `approx_count_distinct` (default 14: 0.81% standard error).
+    #[serde(default)]
+    pub precision: Option<u8>,
+    /// The relative error of `approx_percentile` (default 0.01).
+    #[serde(default)]
+    pub relative_error: Option<f64>,
 }
 
 /// Where a partition on which no transaction has ever committed starts (`auto.offset.reset`).
@@ -504,8 +516,8 @@ impl PipelineSpec {
             let _ = writeln!(text, "early_count={n}");
         }
         for a in &e.aggregations {
-            let field = a.field.map(|i| self.input.fields[i].text.as_str());
-            let _ = writeln!(text, "aggregation={:?},{:?}", a.op, field);
+            let field = a.field.map(|i| self.input.fields[i].value.text.as_str());
+            let _ = writeln!(text, "aggregation={},{:?}", fingerprint_op(&*a.op), field);
         }
         // Written as a one-field pipeline always wrote them, so its state stays valid.
         let _ = writeln!(text, "key={}", self.input.key_text());
@@ -675,3 +687,17 @@ mod validate;
 
 #[cfg(test)]
 mod tests;
+
+/// An operation as the state fingerprint writes it: the five first operations as their enum was
+/// printed when they were the only ones (so the state of those pipelines stays valid), the
+/// others by name and parameters.
+fn fingerprint_op(op: &dyn crate::windowing::aggregate::Aggregate) -> String {
+    match op.name() {
+        "count" => "Count".to_string(),
+        "sum" => "Sum".to_string(),
+        "min" => "Min".to_string(),
+        "max" => "Max".to_string(),
+        "mean" => "Mean".to_string(),
+        name => format!("{name}({})", op.params()),
+    }
+}

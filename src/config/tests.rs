@@ -53,7 +53,12 @@ fn a_full_config_validates() {
     assert_eq!(spec.engine.allowed_lateness, 60_000);
     assert_eq!(spec.input.key_text(), "user.id");
     assert_eq!(spec.input.key[0].value.expr.as_field(), Some("user.id"));
-    let fields: Vec<&str> = spec.input.fields.iter().map(|f| f.text.as_str()).collect();
+    let fields: Vec<&str> = spec
+        .input
+        .fields
+        .iter()
+        .map(|f| f.value.text.as_str())
+        .collect();
     assert_eq!(fields, ["amount"]);
     assert_eq!(spec.engine.aggregations[2].field, Some(0));
     assert_eq!(spec.engine.trigger.late, LateFiring::None);
@@ -166,7 +171,7 @@ fn environment_overrides_the_file() {
             offset: 0
         }
     );
-    assert_eq!(spec.input.fields[0].text, "price");
+    assert_eq!(spec.input.fields[0].value.text, "price");
     // An override naming an unknown key is an unknown key.
     let env = vec![("TIDEMARK__WINDOW__BOGUS".to_string(), "1".to_string())];
     assert!(parse_raw(GOOD, env)
@@ -434,7 +439,7 @@ fn keys_of_every_shape_filters_and_three_kinds_of_time_validate() {
     assert_eq!(names, ["page", "country"]);
     assert_eq!(spec.input.key_text(), r#"["page","lower(geo.country)"]"#);
     assert_eq!(spec.input.time, TimeSpec::RecordTimestamp);
-    assert_eq!(spec.input.fields[0].text, "price * qty");
+    assert_eq!(spec.input.fields[0].value.text, "price * qty");
     // Slots: every distinct path once.
     let paths: Vec<String> = spec.input.paths.all().iter().map(|p| p.join(".")).collect();
     assert_eq!(
@@ -507,4 +512,139 @@ fn the_fingerprint_of_a_pipeline_without_count_triggers_is_unchanged() {
         late.fingerprint(),
         "late_count = 1 is the default"
     );
+}
+
+/// A pipeline of `[[aggregations]]` tables: its spec and warnings, or its violations.
+fn aggregations(tables: &str) -> Result<(PipelineSpec, Vec<String>), Vec<String>> {
+    let text = format!(
+        "name = \"x\"\n[input]\nkey = \"k\"\ntimestamp = \"ts\"\n[window]\ntype = \"tumbling\"\nsize = \"1m\"\n{tables}"
+    );
+    match parse_raw(&text, no_env()).unwrap().validate() {
+        Ok(ok) => Ok(ok),
+        Err(ConfigError::Invalid(v)) => Err(v.iter().map(|v| v.to_string()).collect()),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn every_operation_validates_with_its_parameters() {
+    let (spec, warnings) = aggregations(
+        r#"
+[[aggregations]]
+name = "p99"
+op = "approx_percentile"
+field = "latency"
+q = 0.99
+[[aggregations]]
+name = "top"
+op = "top_k"
+field = "page"
+k = 5
+[[aggregations]]
+name = "users"
+op = "approx_count_distinct"
+field = "user"
+precision = 12
+[[aggregations]]
+name = "pages"
+op = "count_distinct"
+field = "page"
+[[aggregations]]
+name = "exit"
+op = "last"
+field = "page"
+[[aggregations]]
+name = "spread"
+op = "stddev_samp"
+field = "latency"
+[[aggregations]]
+name = "length"
+op = "duration"
+"#,
+    )
+    .unwrap();
+    let ops: Vec<String> = spec
+        .engine
+        .aggregations
+        .iter()
+        .map(|a| format!("{}({})", a.op.name(), a.op.params()))
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            "approx_percentile(q = 0.99, relative_error = 0.01)",
+            "top_k(k = 5)",
+            "approx_count_distinct(precision = 12)",
+            "count_distinct()",
+            "last()",
+            "stddev_samp()",
+            "duration()"
+        ]
+    );
+    // `latency` is read as a number (percentile, stddev); `page` and `user` as any value.
+    let numeric: Vec<(&str, bool)> = spec
+        .input
+        .fields
+        .iter()
+        .map(|f| (f.value.text.as_str(), f.numeric))
+        .collect();
+    assert_eq!(
+        numeric,
+        [("latency", true), ("page", false), ("user", false)]
+    );
+    // State that grows with the distinct values is called out.
+    assert_eq!(
+        warnings
+            .iter()
+            .filter(|w| w.contains("distinct values"))
+            .count(),
+        2,
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn every_aggregation_problem_is_listed_at_once() {
+    let err = aggregations(
+        r#"
+[[aggregations]]
+name = "a"
+op = "median"
+field = "x"
+[[aggregations]]
+name = "b"
+op = "approx_percentile"
+field = "x"
+[[aggregations]]
+name = "c"
+op = "sum"
+field = "x"
+k = 3
+[[aggregations]]
+name = "d"
+op = "first"
+[[aggregations]]
+name = "e"
+op = "duration"
+field = "x"
+[[aggregations]]
+name = "f"
+op = "approx_count_distinct"
+field = "x"
+precision = 40
+"#,
+    )
+    .unwrap_err();
+    let joined = err.join("\n");
+    for want in [
+        "aggregations[0].op: unknown operation \"median\": use one of count, sum",
+        "aggregations[1].op: approx_percentile needs q",
+        "aggregations[2].op: sum takes no k",
+        "aggregations[3].field: first needs a field",
+        "aggregations[4].field: duration takes no field",
+        "aggregations[5].op: approx_count_distinct precision must be from 4 to 18, not 40",
+    ] {
+        assert!(joined.contains(want), "{want}\nnot in\n{joined}");
+    }
+    assert_eq!(err.len(), 6, "{joined}");
 }

@@ -21,7 +21,7 @@ use super::{Batch, BatchError, BatchStats, Batching, DeadLetterRow, Offsets, Sin
 use crate::config::{PipelineSpec, PostgresSpec};
 use crate::format::pane::PaneRecord;
 use crate::format::Decoder;
-use crate::windowing::aggregate::{AggOp, AggSpec};
+use crate::windowing::aggregate::{AggSpec, OutputType};
 use crate::windowing::trigger::Timing;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -61,10 +61,10 @@ pub fn pane_columns(
         .map(|(n, t)| (n.to_string(), *t)),
     );
     for a in aggregations {
-        let ty = if a.op == AggOp::Count {
-            "bigint"
-        } else {
-            "double precision"
+        let ty = match a.op.output() {
+            OutputType::Integer => "bigint",
+            OutputType::Double => "double precision",
+            OutputType::Any | OutputType::Top => "jsonb",
         };
         cols.push((a.name.clone(), ty));
     }
@@ -371,13 +371,18 @@ fn copy_row(buf: &mut Vec<u8>, p: &PaneRecord, key_parts: usize, aggregations: &
         Some(p.count.to_string()),
     ]);
     for a in aggregations {
-        fields.push(p.aggregate(&a.name).filter(|x| x.is_finite()).map(|x| {
-            if a.op == AggOp::Count {
-                (x as i64).to_string()
-            } else {
-                format!("{x:?}")
-            }
-        }));
+        let v = p
+            .aggregate_value(&a.name)
+            .unwrap_or(&serde_json::Value::Null);
+        fields.push(match (a.op.output(), v) {
+            (_, serde_json::Value::Null) => None,
+            (OutputType::Integer, v) => v.as_f64().map(|x| (x as i64).to_string()),
+            (OutputType::Double, v) => v
+                .as_f64()
+                .filter(|x| x.is_finite())
+                .map(|x| format!("{x:?}")),
+            (OutputType::Any | OutputType::Top, v) => Some(v.to_string()),
+        });
     }
     for (i, f) in fields.iter().enumerate() {
         if i > 0 {

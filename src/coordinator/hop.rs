@@ -312,7 +312,7 @@ impl Core {
             .fields
             .iter()
             .zip(&ev.values)
-            .map(|(f, v)| (f.text.clone(), serde_json::Value::from(*v)))
+            .map(|(f, v)| (f.value.text.clone(), crate::format::pane::datum_json(v)))
             .collect();
         serde_json::json!({ "key": ev.key, "timestamp": ev.ts, "fields": fields }).to_string()
     }

@@ -4,6 +4,7 @@
 use super::dead_letter::DeadLetter;
 use crate::avro::{encode_value, parse_schema, AvroError, Framing};
 use crate::windowing::aggregate::AggSpec;
+use crate::windowing::aggregate::{Output, OutputType, Value as Datum};
 use crate::windowing::engine::Pane;
 use apache_avro::types::Value;
 use apache_avro::Schema;
@@ -83,13 +84,7 @@ impl AvroEncoder {
         let aggregates: HashMap<String, Value> = aggregations
             .iter()
             .zip(&p.values)
-            .map(|(spec, v)| {
-                let v = match v {
-                    Some(x) if x.is_finite() => Value::Union(1, Box::new(Value::Double(*x))),
-                    _ => Value::Union(0, Box::new(Value::Null)),
-                };
-                (spec.name.clone(), v)
-            })
+            .map(|(spec, v)| (spec.name.clone(), aggregate_value(spec.op.output(), v)))
             .collect();
         let value = Value::Record(vec![
             ("key".into(), Value::String(p.key.to_string())),
@@ -148,6 +143,36 @@ impl AvroEncoder {
             ("value".into(), opt_bytes(value)),
         ]);
         self.frame(&self.dead_letter_schema, self.dead_letter_id, value)
+    }
+}
+
+/// One aggregate in the `aggregates` map's union: every numeric aggregate a double (as they have
+/// always been), `first` and `last` in their value's own branch, `top_k` an array of `TopValue`.
+fn aggregate_value(ty: OutputType, v: &Output) -> Value {
+    let scalar = |d: &Datum, numbers_as_double: bool| match d {
+        Datum::Float(x) if x.is_finite() => Value::Union(1, Box::new(Value::Double(*x))),
+        Datum::Int(i) if numbers_as_double => Value::Union(1, Box::new(Value::Double(*i as f64))),
+        Datum::Int(i) => Value::Union(2, Box::new(Value::Long(*i))),
+        Datum::Bool(b) => Value::Union(3, Box::new(Value::Boolean(*b))),
+        Datum::Str(s) => Value::Union(4, Box::new(Value::String(s.to_string()))),
+        Datum::Float(_) | Datum::Null => Value::Union(0, Box::new(Value::Null)),
+    };
+    match v {
+        Output::Value(d) => scalar(d, ty != OutputType::Any),
+        Output::Top(items) => Value::Union(
+            5,
+            Box::new(Value::Array(
+                items
+                    .iter()
+                    .map(|(d, n)| {
+                        Value::Record(vec![
+                            ("value".into(), scalar(d, false)),
+                            ("count".into(), Value::Long(*n as i64)),
+                        ])
+                    })
+                    .collect(),
+            )),
+        ),
     }
 }
 

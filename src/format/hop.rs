@@ -5,10 +5,14 @@
 //! **Event records** carry one decoded event. Their key is the grouping key, and their partition
 //! is Kafka's default partitioner's choice for that key ([`partition_for`]: murmur2, as the Java
 //! client computes it), so a producer keyed by the grouping field writes its records where the hop
-//! writes theirs. Their value (version 1, little-endian):
+//! writes theirs. Their value (version 2, little-endian):
 //!
-//! `1 | kind 0 | event time i64 | source topic index u16 | source partition i32 |
-//! source offset i64 | appended i64 | n u8 | n values f64`
+//! `2 | kind 0 | event time i64 | source topic index u16 | source partition i32 |
+//! source offset i64 | appended i64 | n u8 | n values`
+//!
+//! each value as [`crate::windowing::aggregate::value::put_value`] writes it (a tag byte, then
+//! the number or the length-prefixed string). Version 1 wrote every value as an `f64` and is
+//! still read.
 //!
 //! (`appended`: when the input record was appended to its topic, epoch ms, for the pane latency
 //! metric.)
@@ -18,9 +22,9 @@
 //! (the first stage writes these; single event records are still read). They have no key, and
 //! their partition is still [`partition_for`] of each event's key. Their value:
 //!
-//! `1 | kind 3 | n u32 | n entries`, each entry `key length u16 | key (UTF-8) | event time i64 |
+//! `2 | kind 3 | n u32 | n entries`, each entry `key length u16 | key (UTF-8) | event time i64 |
 //! source topic index u16 | source partition i32 | source offset i64 | appended i64 | m u8 |
-//! m values f64`.
+//! m values` (version 1: `f64` values).
 //!
 //! **Watermark records** carry watermark reports of sources
 //! ([`crate::windowing::watermark::SourceWatermark`]): at each commit, a first stage writes one
@@ -37,11 +41,14 @@
 //! A source topic is named by its index in the pipeline's sorted list of input topics, which is
 //! part of the pipeline fingerprint, so both stages always agree on it.
 
+use crate::windowing::aggregate::value::{get_value, put_value, Value};
 use crate::windowing::spec::Event;
 use crate::windowing::watermark::SourceWatermark;
 
-/// The format version written first in every value.
+/// The format version written first in every watermark record's value.
 const VERSION: u8 = 1;
+/// The format version of event records: values with their types.
+const EVENTS_VERSION: u8 = 2;
 const KIND_EVENT: u8 = 0;
 /// One source's report (the first format, still read).
 const KIND_WATERMARK: u8 = 1;
@@ -90,8 +97,8 @@ impl HopError {
 
 /// Appends an event record's value.
 pub fn put_event(out: &mut Vec<u8>, ev: &Event, origin: Origin) {
-    out.reserve(25 + 8 * ev.values.len());
-    out.push(VERSION);
+    out.reserve(25 + 9 * ev.values.len());
+    out.push(EVENTS_VERSION);
     out.push(KIND_EVENT);
     out.extend_from_slice(&ev.ts.to_le_bytes());
     out.extend_from_slice(&origin.topic.to_le_bytes());
@@ -100,7 +107,7 @@ pub fn put_event(out: &mut Vec<u8>, ev: &Event, origin: Origin) {
     out.extend_from_slice(&origin.appended.to_le_bytes());
     out.push(ev.values.len() as u8);
     for v in &ev.values {
-        out.extend_from_slice(&v.to_le_bytes());
+        put_value(out, v);
     }
 }
 
@@ -115,7 +122,7 @@ pub struct Pack {
 impl Default for Pack {
     fn default() -> Pack {
         let mut buf = Vec::with_capacity(PACK_BYTES + 256);
-        buf.extend_from_slice(&[VERSION, KIND_EVENTS, 0, 0, 0, 0]);
+        buf.extend_from_slice(&[EVENTS_VERSION, KIND_EVENTS, 0, 0, 0, 0]);
         Pack { buf, events: 0 }
     }
 }
@@ -137,7 +144,7 @@ impl Pack {
         self.buf.extend_from_slice(&origin.appended.to_le_bytes());
         self.buf.push(ev.values.len() as u8);
         for v in &ev.values {
-            self.buf.extend_from_slice(&v.to_le_bytes());
+            put_value(&mut self.buf, v);
         }
         self.events += 1;
     }
@@ -174,6 +181,7 @@ impl Pack {
 pub struct PackReader<'a> {
     r: Reader<'a>,
     left: u32,
+    version: u8,
 }
 
 impl<'a> PackReader<'a> {
@@ -181,11 +189,12 @@ impl<'a> PackReader<'a> {
     /// [`Decoded::Events`]).
     pub fn new(value: &'a [u8]) -> Result<PackReader<'a>, HopError> {
         let mut r = Reader(value);
-        if r.u8()? != VERSION || r.u8()? != KIND_EVENTS {
+        let version = r.u8()?;
+        if !(1..=EVENTS_VERSION).contains(&version) || r.u8()? != KIND_EVENTS {
             return Err(HopError("not a packed event record".into()));
         }
         let left = r.u32()?;
-        Ok(PackReader { r, left })
+        Ok(PackReader { r, left, version })
     }
 
     /// Decodes the next event into `ev` and returns its origin; `None` after the last.
@@ -214,11 +223,7 @@ impl<'a> PackReader<'a> {
             offset: self.r.i64()?,
             appended: self.r.i64()?,
         };
-        let n = self.r.u8()?;
-        ev.values.clear();
-        for _ in 0..n {
-            ev.values.push(self.r.f64()?);
-        }
+        self.r.values(self.version, &mut ev.values)?;
         Ok(Some(origin))
     }
 }
@@ -286,6 +291,19 @@ impl Reader<'_> {
     }
     fn f64(&mut self) -> Result<f64, HopError> {
         Ok(f64::from_le_bytes(self.take()?))
+    }
+    /// An event's values: a count, then doubles (version 1) or typed values (version 2).
+    fn values(&mut self, version: u8, out: &mut Vec<Value>) -> Result<(), HopError> {
+        let n = self.u8()?;
+        out.clear();
+        for _ in 0..n {
+            out.push(if version == 1 {
+                Value::Float(self.f64()?)
+            } else {
+                get_value(&mut self.0).ok_or_else(|| HopError("bad value".into()))?
+            });
+        }
+        Ok(())
     }
     /// One watermark report, as [`put_report`] wrote it.
     fn report(&mut self) -> Result<(Origin, SourceWatermark), HopError> {
@@ -363,7 +381,7 @@ pub fn decode_into(
 ) -> Result<Decoded, HopError> {
     let mut r = Reader(value);
     let version = r.u8()?;
-    if version != VERSION {
+    if !(1..=EVENTS_VERSION).contains(&version) {
         return Err(HopError(format!("unknown version {version}")));
     }
     let record = match r.u8()? {
@@ -375,11 +393,7 @@ pub fn decode_into(
                 offset: r.i64()?,
                 appended: r.i64()?,
             };
-            let n = r.u8()?;
-            ev.values.clear();
-            for _ in 0..n {
-                ev.values.push(r.f64()?);
-            }
+            r.values(version, &mut ev.values)?;
             let key = key.ok_or_else(|| HopError("an event without a key".into()))?;
             let key =
                 std::str::from_utf8(key).map_err(|_| HopError("the key is not UTF-8".into()))?;
@@ -489,12 +503,17 @@ mod tests {
             Event {
                 key: "a-long-key-first".into(),
                 ts: 10,
-                values: vec![1.0, 2.0, 3.0],
+                values: vec![
+                    Value::Float(1.0),
+                    Value::Int(2),
+                    crate::windowing::aggregate::value::string("x"),
+                    Value::Null,
+                ],
             },
             Event {
                 key: "b".into(),
                 ts: 20,
-                values: vec![4.0],
+                values: vec![Value::Float(4.0)],
             },
             Event {
                 key: String::new(),
@@ -517,7 +536,7 @@ mod tests {
                 let ev = Event {
                     key: format!("k{}", "é".repeat(i)),
                     ts: 1_000 * i as i64 - 2,
-                    values: (0..i).map(|j| j as f64 * 0.5).collect(),
+                    values: (0..i).map(|j| Value::Float(j as f64 * 0.5)).collect(),
                 };
                 let origin = Origin {
                     topic: i as u16,
@@ -558,7 +577,7 @@ mod tests {
         let ev = Event {
             key: "user-7".into(),
             ts: -12,
-            values: vec![1.5, -2.0],
+            values: vec![Value::Float(1.5), Value::Bool(true)],
         };
         let origin = Origin {
             topic: 3,

@@ -4,13 +4,14 @@
 //! with `key`, `window_start`, `window_end` (epoch ms; a global window's `[-inf, +inf)` as the
 //! smallest and largest 64-bit integers), `timing`, `pane_index`, `dedup_id`,
 //! `epoch` (the pipeline's replay epoch: 0, plus one per `tidemark replay`), `count` and one field
-//! per aggregation, in that order; whole-number results print as integers, and min, max and mean
-//! of an empty pane are `null`. The Avro value is a `WindowResult` ([`super::avro`]) with the
+//! per aggregation, in that order; whole-number results print as integers, min, max and mean
+//! of an empty pane are `null`, `first` and `last` keep their input's JSON type, and `top_k` is an
+//! array of `{"value": …, "count": n}`. The Avro value is a `WindowResult` ([`super::avro`]) with the
 //! aggregates in a map. Every pane record carries the headers `tidemark.dedup_id`,
 //! `tidemark.pane_index`, `tidemark.epoch`, `tidemark.window_start`, `tidemark.window_end` and
 //! `tidemark.timing`, so tools can check panes without decoding values.
 
-use crate::windowing::aggregate::AggSpec;
+use crate::windowing::aggregate::{AggSpec, Output, Value as Datum};
 use crate::windowing::engine::Pane;
 use crate::windowing::trigger::Timing;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -135,13 +136,74 @@ pub fn to_json(pane: &Pane, epoch: u64, aggregations: &[AggSpec], shape: KeyShap
         out.push(',');
         out.push_str(&Value::from(spec.name.as_str()).to_string());
         out.push(':');
-        match value {
-            Some(v) => write_number(&mut out, *v),
-            None => out.push_str("null"),
-        }
+        write_output(&mut out, value);
     }
     out.push('}');
     out
+}
+
+/// Writes one aggregate's value as JSON.
+fn write_output(out: &mut String, value: &Output) {
+    match value {
+        Output::Value(v) => write_datum(out, v),
+        Output::Top(items) => {
+            out.push('[');
+            for (i, (v, n)) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str("{\"value\":");
+                write_datum(out, v);
+                let _ = write!(out, ",\"count\":{n}}}");
+            }
+            out.push(']');
+        }
+    }
+}
+
+/// Writes a value as JSON: doubles as [`write_number`] does.
+fn write_datum(out: &mut String, v: &Datum) {
+    match v {
+        Datum::Null => out.push_str("null"),
+        Datum::Bool(b) => {
+            let _ = write!(out, "{b}");
+        }
+        Datum::Int(i) => {
+            let _ = write!(out, "{i}");
+        }
+        Datum::Float(x) => write_number(out, *x),
+        Datum::Str(s) => out.push_str(&Value::from(s.as_ref()).to_string()),
+    }
+}
+
+/// A value as a JSON value (non-finite doubles as null).
+pub fn datum_json(v: &Datum) -> Value {
+    match v {
+        Datum::Null => Value::Null,
+        Datum::Bool(b) => Value::Bool(*b),
+        Datum::Int(i) => Value::from(*i),
+        Datum::Float(x) => serde_json::Number::from_f64(*x).map_or(Value::Null, Value::Number),
+        Datum::Str(s) => Value::from(s.as_ref()),
+    }
+}
+
+/// A JSON value with every whole number within ±2^53 as an integer, as the JSON output writes
+/// it, so a pane read from JSON equals the same pane read from Avro (whose numeric aggregates
+/// are doubles).
+fn canonical(v: &Value) -> Value {
+    match v {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => match n.as_f64() {
+            Some(x) if x.fract() == 0.0 && x.abs() < 9_007_199_254_740_992.0 => {
+                Value::from(x as i64)
+            }
+            _ => v.clone(),
+        },
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        Value::Object(m) => {
+            Value::Object(m.iter().map(|(k, v)| (k.clone(), canonical(v))).collect())
+        }
+        other => other.clone(),
+    }
 }
 
 /// A pane read back from an output topic.
@@ -163,8 +225,9 @@ pub struct PaneRecord {
     pub epoch: u64,
     /// Elements in the pane.
     pub count: u64,
-    /// Aggregates by name, in name order; `None` for min, max or mean of an empty pane.
-    pub aggregates: Vec<(String, Option<f64>)>,
+    /// Aggregates by name, in name order, as JSON values (`null` for min, max or mean of an
+    /// empty pane).
+    pub aggregates: Vec<(String, Value)>,
 }
 
 impl PaneRecord {
@@ -189,7 +252,7 @@ impl PaneRecord {
                 Err(format!("field {name} out of range: {v}"))
             }
         };
-        let mut aggregates: Vec<(String, Option<f64>)> = o
+        let mut aggregates: Vec<(String, Value)> = o
             .iter()
             .filter(|(k, _)| *k != "aggregates" && !RESERVED_FIELDS.contains(&k.as_str()))
             .chain(
@@ -198,7 +261,7 @@ impl PaneRecord {
                     .into_iter()
                     .flatten(),
             )
-            .map(|(k, v)| (k.clone(), v.as_f64()))
+            .map(|(k, v)| (k.clone(), canonical(v)))
             .collect();
         aggregates.sort_by(|a, b| a.0.cmp(&b.0));
         let timing = text("timing")?;
@@ -226,39 +289,31 @@ impl PaneRecord {
         })
     }
 
-    /// The aggregate named `name`, if the pane has it and it is not null.
+    /// The aggregate named `name` as a number, if the pane has it and it is a number.
     pub fn aggregate(&self, name: &str) -> Option<f64> {
+        self.aggregate_value(name).and_then(Value::as_f64)
+    }
+
+    /// The aggregate named `name`, if the pane has it.
+    pub fn aggregate_value(&self, name: &str) -> Option<&Value> {
         self.aggregates
             .iter()
             .find(|(n, _)| n == name)
-            .and_then(|(_, v)| *v)
+            .map(|(_, v)| v)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::windowing::aggregate::AggOp;
     use crate::windowing::assigner::Window;
     use crate::windowing::engine::dedup_id;
 
     fn aggs() -> Vec<AggSpec> {
         vec![
-            AggSpec {
-                name: "s".into(),
-                op: AggOp::Sum,
-                field: Some(0),
-            },
-            AggSpec {
-                name: "lo".into(),
-                op: AggOp::Min,
-                field: Some(0),
-            },
-            AggSpec {
-                name: "avg".into(),
-                op: AggOp::Mean,
-                field: Some(0),
-            },
+            AggSpec::new("s", "sum", Some(0)),
+            AggSpec::new("lo", "min", Some(0)),
+            AggSpec::new("avg", "mean", Some(0)),
         ]
     }
 
@@ -270,7 +325,10 @@ mod tests {
             pane_index: 0,
             dedup_id: dedup_id("p", "u\"1", Window::new(0, 60_000)),
             count: 0,
-            values: [Some(3.0), None, Some(2.5)].into_iter().collect(),
+            values: [Datum::Float(3.0), Datum::Null, Datum::Float(2.5)]
+                .into_iter()
+                .map(Output::Value)
+                .collect(),
         }
     }
 
@@ -303,9 +361,9 @@ mod tests {
                 epoch: 3,
                 count: 0,
                 aggregates: vec![
-                    ("avg".into(), Some(2.5)),
-                    ("lo".into(), None),
-                    ("s".into(), Some(3.0))
+                    ("avg".into(), Value::from(2.5)),
+                    ("lo".into(), Value::Null),
+                    ("s".into(), Value::from(3))
                 ],
             }
         );
@@ -329,9 +387,9 @@ mod tests {
         assert_eq!(
             a.aggregates,
             vec![
-                ("clicks".to_string(), Some(4.0)),
-                ("low".to_string(), None),
-                ("revenue".to_string(), Some(42.5))
+                ("clicks".to_string(), Value::from(4)),
+                ("low".to_string(), Value::Null),
+                ("revenue".to_string(), Value::from(42.5))
             ]
         );
         assert!(PaneRecord::from_json(&serde_json::json!({"reason": "late"})).is_err());

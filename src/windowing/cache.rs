@@ -11,6 +11,7 @@
 //! Timers are derived state ([`super::timers`]): they are rebuilt from the column family when a
 //! partition is opened, so they are never written to RocksDB or the changelog.
 
+use super::aggregate::AggSpec;
 use super::changes::Changes;
 use super::entry::{self, StateKey, TAG_CURSOR, TAG_SESSION, TAG_SLICE, TAG_WINDOW};
 use super::keystate::KeyState;
@@ -21,6 +22,7 @@ use crate::state::store::{StateStore, StoreError, StoredOffsets};
 use compact_str::CompactString;
 use rocksdb::{Direction, IteratorMode, WriteBatch};
 use rustc_hash::FxHashMap;
+use std::sync::Arc;
 
 /// Default number of keys kept in memory before clean entries are evicted after a flush.
 pub const DEFAULT_CACHE_KEYS: usize = 2_000_000;
@@ -38,6 +40,8 @@ pub struct PartitionState {
     max_keys: usize,
     /// Whether windows are sessions, stored by start (see [`entry::TAG_SESSION`]).
     sessions: bool,
+    /// The aggregations, which decode the accumulators of loaded entries.
+    aggs: Arc<[AggSpec]>,
     timers: Timers,
     /// The watermark sources' reports (kept with the state, flushed when they change).
     sources: Valve,
@@ -70,6 +74,7 @@ impl PartitionState {
         max_keys: usize,
         rules: &Rules,
         idle_timeout: Option<i64>,
+        aggs: Arc<[AggSpec]>,
     ) -> Result<PartitionState, StoreError> {
         let cf = StateStore::cf_name(operator, partition);
         store.ensure_cf(&cf)?;
@@ -81,6 +86,7 @@ impl PartitionState {
             complete: true,
             max_keys,
             sessions: rules.sessions(),
+            aggs,
             timers: Timers::default(),
             sources: Valve::new(idle_timeout),
             watermark: None,
@@ -140,7 +146,7 @@ impl PartitionState {
             } else {
                 partial.entry(key).or_default()
             };
-            entry::apply_entry(ks, decoded, &v, self.sessions).ok_or_else(|| {
+            entry::apply_entry(ks, decoded, &v, self.sessions, &self.aggs).ok_or_else(|| {
                 StoreError::Corrupt {
                     cf: self.cf.clone(),
                     detail: "undecodable value".into(),
@@ -242,7 +248,7 @@ impl PartitionState {
                 }
                 let decoded =
                     entry::decode_state_key(&k).map_err(|e| self.corrupt(e.to_string()))?;
-                entry::apply_entry(&mut ks, decoded, &v, self.sessions)
+                entry::apply_entry(&mut ks, decoded, &v, self.sessions, &self.aggs)
                     .ok_or_else(|| self.corrupt("undecodable value"))?;
             }
         }

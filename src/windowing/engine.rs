@@ -14,7 +14,7 @@
 //!   per-key cursor that fires windows in order from a running aggregate;
 //! * session: per-key sessions that merge, with retractions for superseded windows that had fired.
 
-use super::aggregate::{needs_min_max, Acc, AggSpec};
+use super::aggregate::{retractable, Acc, AggSpec, Output};
 use super::assigner::{SliceGrid, Window, WindowKind};
 use super::cache::PartitionState;
 use super::changes::Changes;
@@ -29,12 +29,13 @@ use crate::state::store::{StateStore, StoreError, StoredOffsets};
 use compact_str::CompactString;
 use sha2::{Digest, Sha256};
 use smallvec::SmallVec;
+use std::sync::Arc;
 
 /// Name of the windowing operator's column families.
 pub const WINDOW_OPERATOR: &str = "window";
 
 /// The aggregate values of a pane: one per configured aggregation, inline up to four.
-pub type PaneValues = SmallVec<[Option<f64>; 4]>;
+pub type PaneValues = SmallVec<[Output; 4]>;
 
 /// One emitted pane. Firing one does not allocate (for keys up to 24 bytes and up to four
 /// aggregations): in the sliding benchmark, where most events fire a pane, the three allocations a
@@ -53,7 +54,7 @@ pub struct Pane {
     pub dedup_id: DedupId,
     /// Elements in the pane.
     pub count: u64,
-    /// One value per configured aggregation (`None` for min/max/mean of an empty pane).
+    /// One value per configured aggregation (NULL for min/max/mean of an empty pane).
     pub values: PaneValues,
 }
 
@@ -124,7 +125,7 @@ pub struct EngineStats {
 #[derive(Debug)]
 struct Emitter {
     pipeline: String,
-    aggregations: Vec<AggSpec>,
+    aggregations: Arc<[AggSpec]>,
     accumulation: Accumulation,
     panes: Vec<Pane>,
     stats: EngineStats,
@@ -140,7 +141,9 @@ impl Emitter {
             pane_index,
             dedup_id: dedup_id(&self.pipeline, key, window),
             count: content.count,
-            values: self.aggregations.iter().map(|a| content.value(a)).collect(),
+            values: (0..self.aggregations.len())
+                .map(|i| content.value(&self.aggregations, i))
+                .collect(),
         });
     }
 
@@ -227,6 +230,7 @@ pub struct Engine {
     rules: Rules,
     trigger: TriggerSpec,
     invertible: bool,
+    aggs: Arc<[AggSpec]>,
     state: PartitionState,
     out: Emitter,
     wm: i64,
@@ -245,10 +249,10 @@ impl std::fmt::Debug for Engine {
 }
 
 /// Adds an element's values to a window and counts it as pending (not yet in a pane).
-fn add(st: &mut WinState, values: &[f64], acc: Accumulation) {
-    st.total.add(values);
+fn add(st: &mut WinState, aggs: &[AggSpec], ev: &Event, acc: Accumulation) {
+    st.total.add(aggs, &ev.values, ev.ts);
     if acc == Accumulation::Discarding {
-        st.pane.add(values);
+        st.pane.add(aggs, &ev.values, ev.ts);
     }
     st.pending = st.pending.saturating_add(1);
 }
@@ -277,6 +281,7 @@ impl Engine {
         layout: Layout,
         cache_keys: usize,
     ) -> Result<Engine, EngineError> {
+        let aggs: Arc<[AggSpec]> = spec.aggregations.clone().into();
         let rules = Rules {
             window: spec.window,
             layout,
@@ -289,17 +294,19 @@ impl Engine {
             cache_keys,
             &rules,
             spec.watermark.idle_timeout,
+            aggs.clone(),
         )?;
         // Every timer at or before the stored watermark had fired before that state was flushed.
         let wm = state.stored_watermark().unwrap_or(i64::MIN);
         Ok(Engine {
             rules,
             trigger: spec.trigger,
-            invertible: !needs_min_max(&spec.aggregations),
+            invertible: retractable(&spec.aggregations),
+            aggs: aggs.clone(),
             state,
             out: Emitter {
                 pipeline: spec.name.clone(),
-                aggregations: spec.aggregations.clone(),
+                aggregations: aggs,
                 accumulation: spec.trigger.accumulation,
                 panes: Vec::new(),
                 stats: EngineStats::default(),
@@ -389,6 +396,7 @@ impl Engine {
     }
 
     fn process_per_window(&mut self, ev: &Event) -> Result<Admission, EngineError> {
+        let aggs = self.aggs.clone();
         let (wm, now, l) = (self.wm, self.now, self.rules.lateness);
         let trigger = self.trigger;
         let rules = self.rules;
@@ -420,7 +428,7 @@ impl Engine {
                 None
             };
             let old_proc = st.early_deadline;
-            add(st, &ev.values, trigger.accumulation);
+            add(st, &aggs, ev, trigger.accumulation);
             if w.is_global() && idle_expiry {
                 st.last_ts = Some(st.last_ts.map_or(ev.ts, |t| t.max(ev.ts)));
             }
@@ -452,6 +460,7 @@ impl Engine {
     }
 
     fn process_session(&mut self, ev: &Event, gap: i64) -> Result<Admission, EngineError> {
+        let aggs = self.aggs.clone();
         let (wm, now, l) = (self.wm, self.now, self.rules.lateness);
         let trigger = self.trigger;
         let rules = self.rules;
@@ -481,7 +490,7 @@ impl Engine {
             // The event falls inside an existing session without extending it.
             let st = ks.windows.get_mut(&merged).expect("listed above");
             let old = (rules.window_timer(&merged, st), st.early_deadline);
-            add(st, &ev.values, trigger.accumulation);
+            add(st, &aggs, ev, trigger.accumulation);
             self.out
                 .after_element(&ev.key, merged, passed, st, true, &trigger, now);
             timers.push((
@@ -524,7 +533,7 @@ impl Engine {
                 // Superseded panes were retracted, so the merged window's first pane holds everything.
                 st.pane = st.total.clone();
             }
-            add(&mut st, &ev.values, trigger.accumulation);
+            add(&mut st, &aggs, ev, trigger.accumulation);
             if !passed {
                 // The earliest deadline of the merged windows' open panes carries over.
                 st.early_deadline = deadline;
@@ -546,6 +555,7 @@ impl Engine {
     }
 
     fn process_sliced(&mut self, ev: &Event, g: SliceGrid) -> Result<Admission, EngineError> {
+        let aggs = self.aggs.clone();
         let (wm, l) = (self.wm, self.rules.lateness);
         let trigger = self.trigger;
         let rules = self.rules;
@@ -581,13 +591,13 @@ impl Engine {
         {
             return Ok(self.late());
         }
-        ks.slices.get_or_default(a).add(&ev.values);
+        ks.slices.get_or_default(a).add(&aggs, &ev.values, ev.ts);
         ks.touch_slice(a);
         let cursor = ks.cursor.get_or_insert_with(Cursor::default);
         let mut late_fired = false;
         if let Some(r) = cursor.running.as_mut() {
             if r.lo <= a && a < r.end {
-                r.acc.add(&ev.values);
+                r.acc.add(&aggs, &ev.values, ev.ts);
             }
         }
         if has_open {
@@ -612,7 +622,7 @@ impl Engine {
                 Accumulation::Accumulating => total,
                 Accumulation::Discarding => {
                     let mut one = Acc::default();
-                    one.add(&ev.values);
+                    one.add(&aggs, &ev.values, ev.ts);
                     one
                 }
             };
@@ -815,7 +825,7 @@ impl Engine {
                 expired_slices.push(a);
                 if let Some(r) = cursor.running.as_mut() {
                     if r.lo <= a && a < r.end {
-                        r.acc.subtract(&acc);
+                        r.acc.retract(&acc);
                         r.lo = a + g.slice;
                     }
                 }

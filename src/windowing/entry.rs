@@ -9,7 +9,7 @@
 //! | tag | key | value |
 //! |---|---|---|
 //! | 1 window | `len(key) key start end` | [`put_win_state`] |
-//! | 2 slice | `len(key) key slice_start` | [`put_acc`] of the slice |
+//! | 2 slice | `len(key) key slice_start` | [`put_slice`]: the slice's accumulator |
 //! | 3 cursor | `len(key) key` | [`put_cursor`]: next LATE pane index per window end |
 //! | 4 watermark | (the tag only) | the partition's watermark, 8 bytes big-endian |
 //! | 5 session | `len(key) key start` | end (8 bytes little-endian), then [`put_win_state`] |
@@ -19,7 +19,7 @@
 //! next flush rewrites them as tag 5 and deletes the old entries. Tag 0 is never a state key: the
 //! changelog's markers use it ([`crate::state::changelog`]).
 
-use super::aggregate::{Acc, FieldAcc};
+use super::aggregate::{Acc, AggSpec};
 use super::assigner::Window;
 use super::changes::Changes;
 use super::keystate::{Cursor, KeyState, WinState};
@@ -202,70 +202,63 @@ pub fn decode_state_key(bytes: &[u8]) -> Result<StateKey, KeyDecodeError> {
     Ok(decoded)
 }
 
-/// Appends an accumulator: count, then sum/min/max per field.
-pub fn put_acc(out: &mut Vec<u8>, acc: &Acc) {
-    out.extend_from_slice(&acc.count.to_le_bytes());
-    out.push(acc.fields.len() as u8);
-    for f in &acc.fields {
-        out.extend_from_slice(&f.sum.to_le_bytes());
-        out.extend_from_slice(&f.min.to_le_bytes());
-        out.extend_from_slice(&f.max.to_le_bytes());
-    }
+/// Marks a slice value of the current form: earlier slice values started with the element
+/// count, which is never `u64::MAX`.
+const SLICE_MARK: [u8; 8] = [0xff; 8];
+
+/// Appends a slice value: [`SLICE_MARK`], then the slice's accumulator ([`Acc::encode`]).
+pub fn put_slice(out: &mut Vec<u8>, acc: &Acc) {
+    out.extend_from_slice(&SLICE_MARK);
+    acc.encode(out);
 }
 
-/// Decodes what [`put_acc`] wrote; returns the rest of the input.
-pub fn get_acc(bytes: &[u8]) -> Option<(Acc, &[u8])> {
-    let count = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
-    let n = *bytes.get(8)? as usize;
-    let mut rest = &bytes[9..];
-    let mut fields = Vec::with_capacity(n);
-    for _ in 0..n {
-        let chunk = rest.get(..24)?;
-        let f = |i: usize| f64::from_le_bytes(chunk[i..i + 8].try_into().expect("8 bytes"));
-        fields.push(FieldAcc {
-            sum: f(0),
-            min: f(8),
-            max: f(16),
-        });
-        rest = &rest[24..];
-    }
-    Some((Acc { count, fields }, rest))
+/// Decodes what [`put_slice`] wrote, or a slice value of an earlier version (the accumulator in
+/// its earlier form, without the mark).
+pub fn get_slice(aggs: &[AggSpec], bytes: &[u8]) -> Option<Acc> {
+    let (mut rest, legacy) = match bytes.strip_prefix(&SLICE_MARK) {
+        Some(rest) => (rest, false),
+        None => (bytes, true),
+    };
+    let acc = Acc::decode(aggs, &mut rest, legacy)?;
+    rest.is_empty().then_some(acc)
 }
 
-/// Appends a window state value (version 2): flags, next pane index, pending elements, the early
+/// Appends a window state value (version 3): flags, next pane index, pending elements, the early
 /// deadline and latest element time when present, the window's total and pane, and the last
-/// emitted pane (sessions).
+/// emitted pane (sessions), each accumulator as [`Acc::encode`] writes it.
 pub fn put_win_state(out: &mut Vec<u8>, st: &WinState) {
     let flags = (st.on_time_done as u8)
         | ((st.early_deadline.is_some() as u8) << 1)
         | ((st.last_emitted.is_some() as u8) << 2)
         | ((st.last_ts.is_some() as u8) << 3);
-    out.push(2); // version
+    out.push(3); // version
     out.push(flags);
     out.extend_from_slice(&st.next_pane.to_le_bytes());
     out.extend_from_slice(&st.pending.to_le_bytes());
     for t in [st.early_deadline, st.last_ts].into_iter().flatten() {
         out.extend_from_slice(&t.to_le_bytes());
     }
-    put_acc(out, &st.total);
-    put_acc(out, &st.pane);
+    st.total.encode(out);
+    st.pane.encode(out);
     if let Some(l) = &st.last_emitted {
-        put_acc(out, l);
+        l.encode(out);
     }
 }
 
-/// Decodes what [`put_win_state`] wrote, or a value of version 1 (no pending count and no latest
-/// element time: it was written before count triggers existed, when nothing was left pending).
-pub fn get_win_state(bytes: &[u8]) -> Option<WinState> {
+/// Decodes what [`put_win_state`] wrote, or a value of version 2 (accumulators in their earlier
+/// form) or 1 (also no pending count and no latest element time: it was written before count
+/// triggers existed, when nothing was left pending).
+pub fn get_win_state(aggs: &[AggSpec], bytes: &[u8]) -> Option<WinState> {
     let (&version, rest) = bytes.split_first()?;
-    if version != 1 && version != 2 {
+    if !(1..=3).contains(&version) {
         return None;
     }
+    let legacy = version < 3;
     let (&flags, rest) = rest.split_first()?;
     let next_pane = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?);
     let mut rest = &rest[4..];
     let mut pending = 0;
-    if version == 2 {
+    if version >= 2 {
         pending = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?);
         rest = &rest[4..];
     }
@@ -278,14 +271,13 @@ pub fn get_win_state(bytes: &[u8]) -> Option<WinState> {
         Some(Some(t))
     };
     let early_deadline = take(flags & 2 != 0)?;
-    let last_ts = take(version == 2 && flags & 8 != 0)?;
-    let (total, rest) = get_acc(rest)?;
-    let (pane, rest) = get_acc(rest)?;
-    let (last_emitted, rest) = if flags & 4 != 0 {
-        let (a, r) = get_acc(rest)?;
-        (Some(a), r)
+    let last_ts = take(version >= 2 && flags & 8 != 0)?;
+    let total = Acc::decode(aggs, &mut rest, legacy)?;
+    let pane = Acc::decode(aggs, &mut rest, legacy)?;
+    let last_emitted = if flags & 4 != 0 {
+        Some(Acc::decode(aggs, &mut rest, legacy)?)
     } else {
-        (None, rest)
+        None
     };
     if !rest.is_empty() {
         return None;
@@ -347,9 +339,9 @@ pub fn put_session(out: &mut Vec<u8>, end: i64, st: &WinState) {
 }
 
 /// Decodes what [`put_session`] wrote: the session's end and state.
-pub fn get_session(bytes: &[u8]) -> Option<(i64, WinState)> {
+pub fn get_session(aggs: &[AggSpec], bytes: &[u8]) -> Option<(i64, WinState)> {
     let end = i64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
-    Some((end, get_win_state(&bytes[8..])?))
+    Some((end, get_win_state(aggs, &bytes[8..])?))
 }
 
 /// Appends a watermark source's value (version 1): its watermark, then flags for the optional
@@ -411,7 +403,9 @@ pub(super) fn key_changes(key: &str, ks: &mut KeyState, changes: &mut Changes, s
     dirty_slices.take_each(|s| {
         changes.push(
             |out| put_slice_key(out, key, s),
-            slices.get(&s).map(|a| |out: &mut Vec<u8>| put_acc(out, a)),
+            slices
+                .get(&s)
+                .map(|a| |out: &mut Vec<u8>| put_slice(out, a)),
         );
     });
     if std::mem::take(&mut ks.dirty_cursor) {
@@ -478,22 +472,22 @@ pub(super) fn apply_entry(
     decoded: StateKey,
     value: &[u8],
     sessions: bool,
+    aggs: &[AggSpec],
 ) -> Option<()> {
     match decoded {
         StateKey::Window { start, end, .. } => {
-            ks.windows
-                .insert_loaded(Window::new(start, end), get_win_state(value)?, sessions);
+            ks.windows.insert_loaded(
+                Window::new(start, end),
+                get_win_state(aggs, value)?,
+                sessions,
+            );
         }
         StateKey::Session { start, .. } => {
-            let (end, st) = get_session(value)?;
+            let (end, st) = get_session(aggs, value)?;
             ks.windows.insert_loaded(Window::new(start, end), st, false);
         }
         StateKey::Slice { start, .. } => {
-            let (acc, rest) = get_acc(value)?;
-            if !rest.is_empty() {
-                return None;
-            }
-            *ks.slices.get_or_default(start) = acc;
+            *ks.slices.get_or_default(start) = get_slice(aggs, value)?;
         }
         StateKey::Cursor { .. } => ks.cursor = Some(get_cursor(value)?),
         StateKey::Watermark | StateKey::Source { .. } => {}
@@ -616,40 +610,71 @@ mod tests {
         );
     }
 
+    fn aggs() -> Vec<AggSpec> {
+        vec![
+            AggSpec::new("n", "count", None),
+            AggSpec::new("s", "sum", Some(0)),
+            AggSpec::new("hi", "max", Some(1)),
+            AggSpec::new("u", "count_distinct", Some(2)),
+        ]
+    }
+
+    fn add(acc: &mut Acc, x: f64, y: f64, s: &str) {
+        use crate::windowing::aggregate::value::{string, Value};
+        acc.add(&aggs(), &[Value::Float(x), Value::Float(y), string(s)], 0);
+    }
+
+    /// The accumulator's saved form before version 3: the count, then sum/min/max per field.
+    fn legacy_acc(count: u64, fields: &[(f64, f64, f64)]) -> Vec<u8> {
+        let mut out = count.to_le_bytes().to_vec();
+        out.push(fields.len() as u8);
+        for (s, lo, hi) in fields {
+            for x in [s, lo, hi] {
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        out
+    }
+
     #[test]
     fn win_state_round_trips() {
+        let aggs = aggs();
         let mut st = WinState::new(true);
-        st.total.add(&[1.0, 2.0]);
+        add(&mut st.total, 1.0, 2.0, "a");
         st.next_pane = 3;
         st.early_deadline = Some(-5);
         st.last_emitted = Some(st.total.clone());
         st.pending = 7;
         assert_eq!(
-            get_win_state(&enc(|o| put_win_state(o, &st))),
+            get_win_state(&aggs, &enc(|o| put_win_state(o, &st))),
             Some(st.clone())
         );
         st.last_ts = Some(i64::MIN + 1);
         st.early_deadline = None;
         assert_eq!(
-            get_win_state(&enc(|o| put_win_state(o, &st))),
+            get_win_state(&aggs, &enc(|o| put_win_state(o, &st))),
             Some(st.clone())
         );
-        // Version 1 had no pending count and no latest element time.
+        // Version 1 had no pending count and no latest element time, and accumulators of the
+        // earlier form.
         let mut v1 = vec![1, 1];
         v1.extend_from_slice(&3u32.to_le_bytes());
-        v1.extend_from_slice(&enc(|o| put_acc(o, &st.total)));
-        v1.extend_from_slice(&enc(|o| put_acc(o, &st.pane)));
-        let old = get_win_state(&v1).unwrap();
+        v1.extend_from_slice(&legacy_acc(2, &[(5.0, 1.0, 4.0), (0.0, -1.0, 9.0)]));
+        v1.extend_from_slice(&legacy_acc(0, &[]));
+        let old = get_win_state(&aggs, &v1).unwrap();
         assert_eq!((old.next_pane, old.pending, old.last_ts), (3, 0, None));
         assert!(old.on_time_done);
+        let values: Vec<Option<f64>> = (0..3).map(|i| old.total.value(&aggs, i).as_f64()).collect();
+        assert_eq!(values, [Some(2.0), Some(5.0), Some(9.0)]);
+        assert!(old.pane.is_empty());
         let plain = WinState::new(false);
         assert_eq!(
-            get_win_state(&enc(|o| put_win_state(o, &plain))),
+            get_win_state(&aggs, &enc(|o| put_win_state(o, &plain))),
             Some(plain.clone())
         );
-        assert_eq!(get_win_state(&[9, 9]), None);
+        assert_eq!(get_win_state(&aggs, &[9, 9]), None);
         assert_eq!(
-            get_session(&enc(|o| put_session(o, 77, &plain))),
+            get_session(&aggs, &enc(|o| put_session(o, 77, &plain))),
             Some((77, plain))
         );
     }
@@ -698,12 +723,17 @@ mod tests {
     }
 
     #[test]
-    fn an_accumulator_round_trips() {
+    fn a_slice_round_trips_and_earlier_slices_load() {
+        let aggs = aggs();
         let mut a = Acc::default();
-        a.add(&[1.5, -2.0]);
-        a.add(&[0.5, 4.0]);
-        let bytes = enc(|o| put_acc(o, &a));
-        assert_eq!(get_acc(&bytes), Some((a, &[][..])));
-        assert_eq!(get_acc(&bytes[..bytes.len() - 1]), None);
+        add(&mut a, 1.5, -2.0, "x");
+        add(&mut a, 0.5, 4.0, "y");
+        let bytes = enc(|o| put_slice(o, &a));
+        assert_eq!(get_slice(&aggs, &bytes), Some(a));
+        assert_eq!(get_slice(&aggs, &bytes[..bytes.len() - 1]), None);
+        let old = get_slice(&aggs, &legacy_acc(4, &[(10.0, 1.0, 4.0), (3.0, 0.0, 3.0)])).unwrap();
+        assert_eq!(old.count, 4);
+        assert_eq!(old.value(&aggs, 1).as_f64(), Some(10.0));
+        assert_eq!(old.value(&aggs, 2).as_f64(), Some(3.0));
     }
 }

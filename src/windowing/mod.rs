@@ -4,7 +4,8 @@
 //! * [`assigner`] — windows, window kinds, slice grids.
 //! * [`watermark`] — the bounded out-of-orderness watermark with idleness.
 //! * [`trigger`] — trigger settings and pane timings.
-//! * [`aggregate`] — mergeable accumulators.
+//! * [`aggregate`] — the aggregation operations behind one trait, and the mergeable accumulator
+//!   a window keeps.
 //! * [`spec`] — what the core runs ([`spec::EngineSpec`]) and what it consumes ([`spec::Event`]);
 //!   the config layer converts a pipeline file into these.
 //! * [`keystate`] — the typed state of one grouping key: its windows, slices and cursor, and what

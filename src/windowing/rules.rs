@@ -172,7 +172,7 @@ pub fn window_acc(
                 }
                 if r.lo < start {
                     for (_, s) in slices.range(r.lo..start) {
-                        r.acc.subtract(s);
+                        r.acc.retract(s);
                     }
                     r.lo = start;
                 }

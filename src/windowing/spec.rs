@@ -3,7 +3,7 @@
 //! The config layer validates a pipeline file and converts it into an [`EngineSpec`]; the codecs
 //! decode records into [`Event`]s. The core depends on neither.
 
-use super::aggregate::AggSpec;
+use super::aggregate::{AggSpec, Value};
 use super::assigner::WindowKind;
 use super::trigger::TriggerSpec;
 use super::watermark::WatermarkSpec;
@@ -32,6 +32,6 @@ pub struct Event {
     pub key: String,
     /// Event time in epoch milliseconds.
     pub ts: i64,
-    /// Numeric values, in the order the pipeline's aggregations refer to them by index.
-    pub values: Vec<f64>,
+    /// The aggregations' input values, in the order the aggregations refer to them by index.
+    pub values: Vec<Value>,
 }

@@ -1,0 +1,358 @@
+use super::value::string;
+use super::*;
+use proptest::prelude::*;
+
+fn spec(op: &str, params: Params) -> AggSpec {
+    AggSpec {
+        name: op.to_string(),
+        op: operation(op, &params).unwrap(),
+        field: Some(0),
+    }
+}
+
+/// One aggregation of every operation.
+fn all_ops() -> Vec<AggSpec> {
+    let mut out: Vec<AggSpec> = OPERATIONS
+        .iter()
+        .filter(|(n, _)| !matches!(*n, "approx_percentile" | "avg"))
+        .map(|(n, _)| spec(n, Params::default()))
+        .collect();
+    out.push(spec(
+        "approx_percentile",
+        Params {
+            q: Some(0.9),
+            ..Params::default()
+        },
+    ));
+    for a in &mut out {
+        if a.op.input() == Input::Nothing {
+            a.field = None;
+        }
+    }
+    out
+}
+
+fn fold(aggs: &[AggSpec], items: &[(Value, i64)]) -> Acc {
+    let mut a = Acc::default();
+    for (v, ts) in items {
+        a.add(aggs, std::slice::from_ref(v), *ts);
+    }
+    a
+}
+
+fn enc(a: &Acc) -> Vec<u8> {
+    let mut out = Vec::new();
+    a.encode(&mut out);
+    out
+}
+
+/// Whether two outputs agree: exactly, or for doubles within a relative `tol`.
+fn close(a: &Output, b: &Output, tol: f64) -> bool {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => (x - y).abs() <= tol * x.abs().max(y.abs()).max(1.0),
+        _ => a == b,
+    }
+}
+
+fn numbers() -> impl Strategy<Value = Vec<(Value, i64)>> {
+    prop::collection::vec(
+        (
+            prop_oneof![
+                1 => Just(Value::Null),
+                4 => (-1000i64..1000).prop_map(Value::Int),
+                4 => (-1e4f64..1e4).prop_map(Value::Float),
+            ],
+            0i64..50,
+        ),
+        0..60,
+    )
+}
+
+fn scalars() -> impl Strategy<Value = Vec<(Value, i64)>> {
+    prop::collection::vec(
+        (
+            prop_oneof![
+                1 => Just(Value::Null),
+                3 => (0i64..8).prop_map(Value::Int),
+                3 => "[a-e]".prop_map(string),
+                1 => any::<bool>().prop_map(Value::Bool),
+            ],
+            0i64..20,
+        ),
+        0..60,
+    )
+}
+
+/// Operations whose result is exact whatever the grouping (sketch estimates are deterministic
+/// for a given set of inputs too, but merging changes float sums in their last bits).
+const TOL: f64 = 1e-9;
+
+proptest! {
+    #[test]
+    fn merging_partials_in_any_grouping_equals_folding_everything(
+        items in numbers(),
+        cuts in prop::collection::vec(0usize..60, 0..4),
+    ) {
+        let aggs: Vec<AggSpec> = all_ops()
+            .into_iter()
+            .filter(|a| a.op.input() != Input::Any || matches!(a.op.name(), "first" | "last"))
+            .collect();
+        let whole = fold(&aggs, &items);
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(items.len())).collect();
+        cuts.sort();
+        let mut bounds = vec![0];
+        bounds.extend(cuts);
+        bounds.push(items.len());
+        let mut merged = Acc::default();
+        for w in bounds.windows(2) {
+            merged.merge(&fold(&aggs, &items[w[0]..w[1]]));
+        }
+        prop_assert_eq!(merged.count, whole.count);
+        for i in 0..aggs.len() {
+            let (m, w) = (merged.value(&aggs, i), whole.value(&aggs, i));
+            prop_assert!(close(&m, &w, TOL), "{}: {:?} vs {:?}", aggs[i].name, m, w);
+        }
+    }
+
+    #[test]
+    fn value_keeping_operations_merge_exactly(
+        items in scalars(),
+        cut in 0usize..60,
+    ) {
+        let aggs: Vec<AggSpec> = all_ops()
+            .into_iter()
+            .filter(|a| a.op.input() == Input::Any)
+            .collect();
+        let cut = cut.min(items.len());
+        let mut merged = fold(&aggs, &items[..cut]);
+        merged.merge(&fold(&aggs, &items[cut..]));
+        prop_assert_eq!(enc(&merged), enc(&fold(&aggs, &items)));
+    }
+
+    #[test]
+    fn states_survive_encode_and_decode_bit_for_bit(items in numbers(), strs in scalars()) {
+        for (aggs, items) in [
+            (all_ops().into_iter().filter(|a| a.op.input() != Input::Any).collect::<Vec<_>>(), items),
+            (all_ops().into_iter().filter(|a| a.op.input() == Input::Any).collect(), strs),
+        ] {
+            let a = fold(&aggs, &items);
+            let bytes = enc(&a);
+            let mut rest = &bytes[..];
+            let back = Acc::decode(&aggs, &mut rest, false).expect("decodes");
+            prop_assert!(rest.is_empty());
+            prop_assert_eq!(enc(&back), bytes.clone());
+            for i in 0..aggs.len() {
+                prop_assert_eq!(back.value(&aggs, i), a.value(&aggs, i));
+            }
+            // A truncated form never decodes as something else.
+            let mut short = &bytes[..bytes.len() - 1];
+            prop_assert!(Acc::decode(&aggs, &mut short, false).is_none_or(|_| !short.is_empty()));
+        }
+    }
+
+    #[test]
+    fn retraction_undoes_a_merge(items in numbers(), strs in scalars(), cut in 0usize..60) {
+        for (aggs, items) in [
+            (all_ops().into_iter().filter(|a| a.op.retractable() && a.op.input() != Input::Any).collect::<Vec<_>>(), items),
+            (all_ops().into_iter().filter(|a| a.op.retractable() && a.op.input() == Input::Any).collect(), strs),
+        ] {
+            let cut = cut.min(items.len());
+            let (head, tail) = (fold(&aggs, &items[..cut]), fold(&aggs, &items[cut..]));
+            let mut all = head.clone();
+            all.merge(&tail);
+            all.retract(&tail);
+            for i in 0..aggs.len() {
+                let (got, want) = (all.value(&aggs, i), head.value(&aggs, i));
+                // Moments lose a little precision when a large part is taken out of a sum.
+                prop_assert!(close(&got, &want, 1e-4), "{}: {:?} vs {:?}", aggs[i].name, got, want);
+            }
+        }
+    }
+}
+
+fn value_of(op: &str, params: Params, items: &[(Value, i64)]) -> Output {
+    let aggs = [spec(op, params)];
+    fold(&aggs, items).value(&aggs, 0)
+}
+
+fn nums(xs: &[f64]) -> Vec<(Value, i64)> {
+    xs.iter().map(|&x| (Value::Float(x), 0)).collect()
+}
+
+#[test]
+fn simple_operations_skip_nulls() {
+    let items = vec![
+        (Value::Int(3), 0),
+        (Value::Null, 0),
+        (Value::Float(-1.0), 0),
+        (Value::Int(4), 0),
+    ];
+    let v = |op| value_of(op, Params::default(), &items);
+    assert_eq!(v("sum"), Output::Value(Value::Float(6.0)));
+    assert_eq!(v("mean"), Output::Value(Value::Float(2.0)));
+    assert_eq!(v("min"), Output::Value(Value::Float(-1.0)));
+    assert_eq!(v("max"), Output::Value(Value::Float(4.0)));
+    let nothing = [(Value::Null, 0)];
+    let n = |op| value_of(op, Params::default(), &nothing);
+    assert_eq!(n("sum"), Output::Value(Value::Float(0.0)));
+    assert_eq!(n("mean"), Output::Value(Value::Null));
+    assert_eq!(n("min"), Output::Value(Value::Null));
+    assert_eq!(n("var_samp"), Output::Value(Value::Null));
+}
+
+#[test]
+fn moments_match_their_definitions() {
+    let items = nums(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+    let v = |op| value_of(op, Params::default(), &items).as_f64().unwrap();
+    assert!((v("var_pop") - 4.0).abs() < 1e-12);
+    assert!((v("stddev_pop") - 2.0).abs() < 1e-12);
+    assert!((v("var_samp") - 32.0 / 7.0).abs() < 1e-12);
+    assert!((v("stddev_samp") - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
+    // Far from zero the textbook formula cancels; Welford's does not.
+    let shifted: Vec<f64> = [4.0, 7.0, 13.0, 16.0].iter().map(|x| x + 1e9).collect();
+    let var = value_of("var_samp", Params::default(), &nums(&shifted));
+    assert!((var.as_f64().unwrap() - 30.0).abs() < 1e-6, "{var:?}");
+}
+
+#[test]
+fn distinct_counts_and_top_values() {
+    let items: Vec<(Value, i64)> = ["b", "a", "c", "a", "b", "d", "a"]
+        .iter()
+        .map(|s| (string(*s), 0))
+        .chain([(Value::Null, 0), (Value::Int(2), 0), (Value::Float(2.0), 0)])
+        .collect();
+    assert_eq!(
+        value_of("count_distinct", Params::default(), &items),
+        Output::Value(Value::Int(5))
+    );
+    let top = value_of(
+        "top_k",
+        Params {
+            k: Some(3),
+            ..Params::default()
+        },
+        &items,
+    );
+    // Ties by value ascending: the number 2 sorts before the strings.
+    assert_eq!(
+        top,
+        Output::Top(vec![(string("a"), 3), (Value::Int(2), 2), (string("b"), 2)])
+    );
+}
+
+#[test]
+fn duration_spans_the_event_times() {
+    let items = vec![(Value::Null, 5), (Value::Null, 1), (Value::Null, 9)];
+    let aggs = [AggSpec::new("d", "duration", None)];
+    assert_eq!(
+        fold(&aggs, &items).value(&aggs, 0),
+        Output::Value(Value::Int(8))
+    );
+    assert_eq!(fold(&aggs, &[]).value(&aggs, 0), Output::Value(Value::Null));
+}
+
+#[test]
+fn first_and_last_follow_event_time_then_input_order() {
+    let items = vec![
+        (string("mid"), 5),
+        (string("early-1"), 1),
+        (string("early-2"), 1),
+        (Value::Null, 0),
+        (string("late-1"), 9),
+        (string("late-2"), 9),
+    ];
+    assert_eq!(
+        value_of("first", Params::default(), &items),
+        Output::Value(string("early-1"))
+    );
+    assert_eq!(
+        value_of("last", Params::default(), &items),
+        Output::Value(string("late-2"))
+    );
+}
+
+#[test]
+fn hyperloglog_stays_within_three_standard_errors() {
+    for n in [10u64, 1_000, 20_000, 200_000] {
+        let aggs = [spec("approx_count_distinct", Params::default())];
+        let mut a = Acc::default();
+        for i in 0..n {
+            a.add(&aggs, &[string(format!("user-{i}"))], 0);
+        }
+        let est = a.value(&aggs, 0).as_f64().unwrap();
+        let err = (est - n as f64).abs() / n as f64;
+        assert!(err <= 3.0 * 0.0081, "n={n}: estimate {est}, error {err}");
+        // Half the values again change nothing.
+        for i in 0..n / 2 {
+            a.add(&aggs, &[string(format!("user-{i}"))], 0);
+        }
+        assert_eq!(a.value(&aggs, 0).as_f64().unwrap(), est);
+    }
+}
+
+#[test]
+fn ddsketch_quantiles_are_within_the_relative_error() {
+    let xs: Vec<f64> = (1..=10_000).map(|i| (i as f64).powf(1.7) * 0.37).collect();
+    for q in [0.0, 0.5, 0.9, 0.99, 1.0] {
+        let got = value_of(
+            "approx_percentile",
+            Params {
+                q: Some(q),
+                ..Params::default()
+            },
+            &nums(&xs),
+        )
+        .as_f64()
+        .unwrap();
+        let want = xs[(q * (xs.len() - 1) as f64) as usize];
+        assert!((got - want).abs() <= 0.01 * want, "q={q}: {got} vs {want}");
+    }
+}
+
+#[test]
+fn the_earlier_saved_form_loads_into_the_same_values() {
+    let aggs = [
+        spec("count", Params::default()),
+        spec("sum", Params::default()),
+        spec("min", Params::default()),
+        spec("max", Params::default()),
+        spec("mean", Params::default()),
+    ];
+    // count 3, one field: sum 6, min -1, max 4.
+    let mut old = 3u64.to_le_bytes().to_vec();
+    old.push(1);
+    for x in [6.0f64, -1.0, 4.0] {
+        old.extend_from_slice(&x.to_le_bytes());
+    }
+    let mut rest = &old[..];
+    let a = Acc::decode(&aggs, &mut rest, true).unwrap();
+    assert!(rest.is_empty());
+    let values: Vec<Option<f64>> = (0..5).map(|i| a.value(&aggs, i).as_f64()).collect();
+    assert_eq!(
+        values,
+        [Some(3.0), Some(6.0), Some(-1.0), Some(4.0), Some(2.0)]
+    );
+}
+
+#[test]
+fn bad_parameters_are_refused_with_the_reason() {
+    let err = |op: &str, p: Params| operation(op, &p).unwrap_err();
+    assert!(err("median", Params::default()).contains("unknown operation \"median\""));
+    assert!(err("approx_percentile", Params::default()).contains("needs q"));
+    let q = |q| Params {
+        q: Some(q),
+        ..Params::default()
+    };
+    assert!(err("approx_percentile", q(1.5)).contains("from 0 to 1"));
+    assert!(err("sum", q(0.5)).contains("sum takes no q"));
+    let k = Params {
+        k: Some(0),
+        ..Params::default()
+    };
+    assert!(err("top_k", k).contains("at least 1"));
+    let p = Params {
+        precision: Some(30),
+        ..Params::default()
+    };
+    assert!(err("approx_count_distinct", p).contains("from 4 to 18"));
+}

@@ -1,0 +1,232 @@
+//! Values in the core: what an aggregation reads and what it outputs, their byte encoding, and
+//! [`Scalar`], an owned value with a total order for the operations that keep values as keys.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+
+/// One input value of an aggregation: NULL, a boolean, an integer, a double or a string. It is
+/// the expression layer's value, owned.
+pub type Value = crate::expr::Datum<'static>;
+
+/// A string value.
+pub fn string(s: impl Into<String>) -> Value {
+    Value::Str(Cow::Owned(s.into()))
+}
+
+const NULL: u8 = 0;
+const FALSE: u8 = 1;
+const TRUE: u8 = 2;
+const INT: u8 = 3;
+const FLOAT: u8 = 4;
+const STR: u8 = 5;
+
+/// Appends a value: a tag byte, then 8 little-endian bytes for a number or a 4-byte length and
+/// the bytes of a string.
+pub fn put_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::Null => out.push(NULL),
+        Value::Bool(false) => out.push(FALSE),
+        Value::Bool(true) => out.push(TRUE),
+        Value::Int(i) => {
+            out.push(INT);
+            out.extend_from_slice(&i.to_le_bytes());
+        }
+        Value::Float(x) => {
+            out.push(FLOAT);
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        Value::Str(s) => {
+            out.push(STR);
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
+    }
+}
+
+/// Reads a value written by [`put_value`], advancing `bytes` past it.
+pub fn get_value(bytes: &mut &[u8]) -> Option<Value> {
+    let (&tag, rest) = bytes.split_first()?;
+    *bytes = rest;
+    Some(match tag {
+        NULL => Value::Null,
+        FALSE => Value::Bool(false),
+        TRUE => Value::Bool(true),
+        INT => Value::Int(i64::from_le_bytes(take::<8>(bytes)?)),
+        FLOAT => Value::Float(f64::from_le_bytes(take::<8>(bytes)?)),
+        STR => {
+            let n = u32::from_le_bytes(take::<4>(bytes)?) as usize;
+            let s = bytes.get(..n)?;
+            let s = std::str::from_utf8(s).ok()?.to_string();
+            *bytes = &bytes[n..];
+            string(s)
+        }
+        _ => return None,
+    })
+}
+
+/// Reads `N` bytes, advancing `bytes` past them.
+pub fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
+    let head: [u8; N] = bytes.get(..N)?.try_into().ok()?;
+    *bytes = &bytes[N..];
+    Some(head)
+}
+
+/// Reads a little-endian `u64`, advancing `bytes`.
+pub fn take_u64(bytes: &mut &[u8]) -> Option<u64> {
+    take::<8>(bytes).map(u64::from_le_bytes)
+}
+
+/// Reads a little-endian `f64`, advancing `bytes`.
+pub fn take_f64(bytes: &mut &[u8]) -> Option<f64> {
+    take::<8>(bytes).map(f64::from_le_bytes)
+}
+
+/// A non-NULL value with a total order, for the operations that keep values (distinct counts, top
+/// values). Numbers compare by value: an integral double within the 64-bit range is the integer
+/// (`2.0` and `2` are one value), and `-0.0` is `0`. Booleans sort before numbers, numbers before
+/// strings.
+#[derive(Debug, Clone)]
+pub enum Scalar {
+    /// A boolean.
+    Bool(bool),
+    /// An integer, or an integral double.
+    Int(i64),
+    /// A double with a fraction, out of the integer range, or not a number.
+    Float(f64),
+    /// A string.
+    Str(Box<str>),
+}
+
+impl Scalar {
+    /// The scalar of a value; `None` for NULL.
+    pub fn of(v: &Value) -> Option<Scalar> {
+        Some(match v {
+            Value::Null => return None,
+            Value::Bool(b) => Scalar::Bool(*b),
+            Value::Int(i) => Scalar::Int(*i),
+            // `i64::MAX as f64` is 2^63, the first double above the integer range.
+            Value::Float(x)
+                if x.fract() == 0.0 && *x >= i64::MIN as f64 && *x < i64::MAX as f64 =>
+            {
+                Scalar::Int(*x as i64)
+            }
+            Value::Float(x) => Scalar::Float(*x),
+            Value::Str(s) => Scalar::Str(s.as_ref().into()),
+        })
+    }
+
+    /// The scalar as a value.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Scalar::Bool(b) => Value::Bool(*b),
+            Scalar::Int(i) => Value::Int(*i),
+            Scalar::Float(x) => Value::Float(*x),
+            Scalar::Str(s) => string(s.as_ref()),
+        }
+    }
+
+    fn rank(&self) -> u8 {
+        match self {
+            Scalar::Bool(_) => 0,
+            Scalar::Int(_) | Scalar::Float(_) => 1,
+            Scalar::Str(_) => 2,
+        }
+    }
+
+    /// Appends the scalar in [`put_value`]'s encoding.
+    pub fn put(&self, out: &mut Vec<u8>) {
+        put_value(out, &self.to_value());
+    }
+
+    /// Reads a scalar written by [`Scalar::put`].
+    pub fn get(bytes: &mut &[u8]) -> Option<Scalar> {
+        Scalar::of(&get_value(bytes)?)
+    }
+}
+
+impl Ord for Scalar {
+    fn cmp(&self, other: &Scalar) -> Ordering {
+        match (self, other) {
+            (Scalar::Bool(a), Scalar::Bool(b)) => a.cmp(b),
+            (Scalar::Int(a), Scalar::Int(b)) => a.cmp(b),
+            (Scalar::Float(a), Scalar::Float(b)) => a.total_cmp(b),
+            (Scalar::Int(a), Scalar::Float(b)) => (*a as f64).total_cmp(b).then(Ordering::Less),
+            (Scalar::Float(a), Scalar::Int(b)) => a.total_cmp(&(*b as f64)).then(Ordering::Greater),
+            (Scalar::Str(a), Scalar::Str(b)) => a.cmp(b),
+            _ => self.rank().cmp(&other.rank()),
+        }
+    }
+}
+
+impl PartialOrd for Scalar {
+    fn partial_cmp(&self, other: &Scalar) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Scalar {
+    fn eq(&self, other: &Scalar) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Scalar {}
+
+impl std::hash::Hash for Scalar {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        match self {
+            Scalar::Bool(b) => (0u8, *b).hash(h),
+            Scalar::Int(i) => (1u8, *i).hash(h),
+            Scalar::Float(x) => (2u8, x.to_bits()).hash(h),
+            Scalar::Str(s) => (3u8, s).hash(h),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::Int),
+            any::<f64>().prop_map(Value::Float),
+            ".{0,12}".prop_map(string),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn values_round_trip_bit_for_bit(v in value()) {
+            let mut out = Vec::new();
+            put_value(&mut out, &v);
+            let mut rest = &out[..];
+            let back = get_value(&mut rest).unwrap();
+            prop_assert!(rest.is_empty());
+            let mut again = Vec::new();
+            put_value(&mut again, &back);
+            prop_assert_eq!(out, again);
+        }
+
+        #[test]
+        fn scalar_order_is_total_and_consistent(a in value(), b in value()) {
+            if let (Some(x), Some(y)) = (Scalar::of(&a), Scalar::of(&b)) {
+                prop_assert_eq!(x.cmp(&y), y.cmp(&x).reverse());
+                prop_assert_eq!(x == y, x.cmp(&y) == Ordering::Equal);
+            }
+        }
+    }
+
+    #[test]
+    fn integral_doubles_are_integers() {
+        assert_eq!(Scalar::of(&Value::Float(2.0)), Scalar::of(&Value::Int(2)));
+        assert_eq!(Scalar::of(&Value::Float(-0.0)), Some(Scalar::Int(0)));
+        assert!(Scalar::of(&Value::Float(2.5)) > Scalar::of(&Value::Int(2)));
+        assert!(Scalar::of(&Value::Bool(true)) < Scalar::of(&Value::Int(-5)));
+        assert!(Scalar::of(&string("a")) > Scalar::of(&Value::Float(1e300)));
+        assert_eq!(Scalar::of(&Value::Null), None);
+    }
+}
