@@ -640,3 +640,100 @@ fn every_key_of_the_pipeline_file_is_documented() {
     }
     assert!(checked > 60, "only {checked} keys");
 }
+
+/// The session analysis of `examples/sessions/`: every pane equals the fold of the records it
+/// holds, and the sessions that stand at the end are the gaps' split of each user's records.
+#[test]
+fn every_session_pane_is_the_fold_of_its_records() {
+    use serde_json::{json, Value};
+    use std::collections::{BTreeMap, BTreeSet};
+    const GAP: i64 = 30 * 60_000;
+    let (panes, dead) = simulate_example("sessions/sessions.toml", "sessions/events.jsonl");
+    assert_eq!(dead, "", "no dead letters");
+    let text = std::fs::read_to_string(root().join("examples/sessions/events.jsonl")).unwrap();
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v.get("user_id").is_some())
+        .collect();
+    let mut last: BTreeMap<(String, i64), Value> = BTreeMap::new();
+    let (mut checked, mut early) = (0, 0);
+    for line in panes.lines() {
+        let p: Value = serde_json::from_str(line).unwrap();
+        let user = p["key"].as_str().unwrap().to_string();
+        let (s, e) = (
+            p["window_start"].as_i64().unwrap(),
+            p["window_end"].as_i64().unwrap(),
+        );
+        last.insert((user.clone(), s), p.clone());
+        if p["timing"] == "RETRACT" {
+            continue;
+        }
+        early += usize::from(p["timing"] == "EARLY");
+        // Accumulating: the pane holds every record of the session that had arrived, which are
+        // the first `count` of the user's records in [s, e) in file order.
+        let count = p["count"].as_u64().unwrap() as usize;
+        let held: Vec<&Value> = records
+            .iter()
+            .filter(|r| r["user_id"] == user.as_str())
+            .filter(|r| (s..e).contains(&r["ts"].as_i64().unwrap()))
+            .take(count)
+            .collect();
+        assert_eq!(held.len(), count, "{p}");
+        let ts = |r: &&Value| r["ts"].as_i64().unwrap();
+        let page = |r: &Value| r["page"].as_str().unwrap().to_string();
+        let lo = held.iter().map(ts).min().unwrap();
+        let hi = held.iter().map(ts).max().unwrap();
+        let entry = held.iter().find(|r| ts(r) == lo).map(|r| page(r));
+        let exit = held.iter().rev().find(|r| ts(r) == hi).map(|r| page(r));
+        let pages: BTreeSet<String> = held.iter().map(|r| page(r)).collect();
+        let spend: f64 = held.iter().filter_map(|r| r["price"].as_f64()).sum();
+        let mut visits: BTreeMap<String, u64> = BTreeMap::new();
+        for r in &held {
+            *visits.entry(page(r)).or_default() += 1;
+        }
+        let mut top: Vec<(String, u64)> = visits.into_iter().collect();
+        top.sort_by_key(|t| std::cmp::Reverse(t.1));
+        top.truncate(2);
+        let top: Vec<Value> = top
+            .into_iter()
+            .map(|(v, n)| json!({"value": v, "count": n}))
+            .collect();
+        assert_eq!(p["duration_ms"], json!(hi - lo), "{p}");
+        assert_eq!(p["distinct_pages"], json!(pages.len()), "{p}");
+        assert_eq!(p["entry_page"], json!(entry), "{p}");
+        assert_eq!(p["exit_page"], json!(exit), "{p}");
+        assert!((p["spend"].as_f64().unwrap() - spend).abs() < 1e-9, "{p}");
+        assert_eq!(p["top_pages"], Value::Array(top), "{p}");
+        checked += 1;
+    }
+    assert!(early > 10, "only {early} EARLY panes");
+    // The sessions standing at the end: each user's records split where they are 30 minutes
+    // or more apart.
+    let standing: BTreeSet<(String, i64, i64)> = last
+        .iter()
+        .filter(|(_, p)| p["timing"] != "RETRACT")
+        .map(|((u, s), p)| (u.clone(), *s, p["window_end"].as_i64().unwrap()))
+        .collect();
+    let mut by_user: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for r in &records {
+        by_user
+            .entry(r["user_id"].as_str().unwrap().to_string())
+            .or_default()
+            .push(r["ts"].as_i64().unwrap());
+    }
+    let mut want = BTreeSet::new();
+    for (u, mut ts) in by_user {
+        ts.sort();
+        let mut start = ts[0];
+        for w in ts.windows(2) {
+            if w[1] - w[0] >= GAP {
+                want.insert((u.clone(), start, w[0] + GAP));
+                start = w[1];
+            }
+        }
+        want.insert((u, start, ts[ts.len() - 1] + GAP));
+    }
+    assert_eq!(standing, want);
+    assert!(checked > 40, "only {checked} panes");
+}
