@@ -2,8 +2,10 @@
 //! RocksDB state and a state flush every 100,000 events, over 100,000 keys, events in event-time
 //! order with 1% disorder. The `-json` cases write each event as a JSON line and decode it with
 //! the pipeline's decoder first (the formatting is in their figures too), one with a plain key,
-//! one with a filter and a two-part key, so their CPU per event (`cpu_us/ev`, user and system
-//! time of the scenario's process over its events) compares what expressions cost.
+//! one with a filter and a two-part key, one with six more aggregations (sum, mean, a DDSketch
+//! percentile, an exact and a HyperLogLog distinct count, `last`), so their CPU per event
+//! (`cpu_us/ev`, user and system time of the scenario's process over its events) compares what
+//! expressions and aggregations cost.
 //!
 //! Run: `cargo bench --bench engine` (or `scripts/bench-engine.sh`). Each scenario runs in its own
 //! child process so its peak RSS is its own. Figures are printed as a table; nothing is asserted.
@@ -44,6 +46,8 @@ struct Scenario {
     /// a JSON line and read back through the pipeline's decoder (filter, key parts, time)
     /// before the engine sees it.
     input: Option<&'static str>,
+    /// `[[aggregations]]` tables besides the count every scenario has.
+    aggs: &'static str,
 }
 
 const SCENARIOS: &[Scenario] = &[
@@ -56,6 +60,7 @@ const SCENARIOS: &[Scenario] = &[
         trigger: "",
         events: 5_000_000,
         input: None,
+        aggs: "",
     },
     Scenario {
         name: "sliding-1h-1s",
@@ -66,6 +71,7 @@ const SCENARIOS: &[Scenario] = &[
         trigger: "",
         events: 5_000_000,
         input: None,
+        aggs: "",
     },
     Scenario {
         name: "session-30m",
@@ -76,6 +82,7 @@ const SCENARIOS: &[Scenario] = &[
         trigger: "",
         events: 5_000_000,
         input: None,
+        aggs: "",
     },
     Scenario {
         name: "sliding-1h-1s-sliced-small",
@@ -86,6 +93,7 @@ const SCENARIOS: &[Scenario] = &[
         trigger: "",
         events: 5_000_000,
         input: None,
+        aggs: "",
     },
     Scenario {
         name: "sliding-1h-1s-naive-small",
@@ -96,6 +104,7 @@ const SCENARIOS: &[Scenario] = &[
         trigger: "",
         events: 5_000_000,
         input: None,
+        aggs: "",
     },
     // The Dataflow model's "real-time counter": a global window per key firing every 100
     // elements. Without an idle expiry its one timer per key never moves; with one, every event
@@ -110,6 +119,7 @@ const SCENARIOS: &[Scenario] = &[
         // 200 events per key, so each key fires its count twice.
         events: 20_000_000,
         input: None,
+        aggs: "",
     },
     Scenario {
         name: "global-count-100-idle-1h",
@@ -121,6 +131,7 @@ const SCENARIOS: &[Scenario] = &[
         // 200 events per key, so each key fires its count twice.
         events: 20_000_000,
         input: None,
+        aggs: "",
     },
     // The same events as tumbling-1m, decoded from JSON: first with a plain one-field key, then
     // with a filter that keeps every record and a key of two parts, one computed (as many groups
@@ -135,6 +146,7 @@ const SCENARIOS: &[Scenario] = &[
         trigger: "",
         events: 5_000_000,
         input: Some("key = \"k\"\ntimestamp = \"t\""),
+        aggs: "",
     },
     Scenario {
         name: "tumbling-1m-json-filter-2key",
@@ -147,6 +159,21 @@ const SCENARIOS: &[Scenario] = &[
         input: Some(
             "filter = \"kind = 'click' AND price >= 0\"\nkey = [\"k\", \"lower(geo.country)\"]\ntimestamp = \"t\"",
         ),
+        aggs: "",
+    },
+    // tumbling-1m-json with six more aggregations: a sum, a mean, a p99 (DDSketch), a distinct
+    // count of countries (exact) and of prices (HyperLogLog), and the last kind. Its CPU per event
+    // against tumbling-1m-json's is what those operations cost.
+    Scenario {
+        name: "tumbling-1m-json-aggs",
+        rate: 20_000,
+        window: "type = \"tumbling\"\nsize = \"1m\"",
+        layout: None,
+        small: false,
+        trigger: "",
+        events: 5_000_000,
+        input: Some("key = \"k\"\ntimestamp = \"t\""),
+        aggs: "[[aggregations]]\nname = \"revenue\"\nop = \"sum\"\nfield = \"price\"\n[[aggregations]]\nname = \"avg\"\nop = \"mean\"\nfield = \"price\"\n[[aggregations]]\nname = \"p99\"\nop = \"approx_percentile\"\nfield = \"price\"\nq = 0.99\n[[aggregations]]\nname = \"countries\"\nop = \"count_distinct\"\nfield = \"geo.country\"\n[[aggregations]]\nname = \"prices\"\nop = \"approx_count_distinct\"\nfield = \"price\"\n[[aggregations]]\nname = \"last_kind\"\nop = \"last\"\nfield = \"kind\"\n",
     },
 ];
 
@@ -221,10 +248,11 @@ fn run_one(sc: &Scenario) {
         keys = 1_000;
     }
     let text = format!(
-        "name = \"bench\"\n[input]\n{}\n[window]\n{}\n[watermark]\nmax_out_of_orderness = \"2s\"\n[trigger]\n{}\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n",
+        "name = \"bench\"\n[input]\n{}\n[window]\n{}\n[watermark]\nmax_out_of_orderness = \"2s\"\n[trigger]\n{}\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n{}",
         sc.input.unwrap_or("key = \"k\"\ntimestamp = \"t\""),
         sc.window,
-        sc.trigger
+        sc.trigger,
+        sc.aggs
     );
     let (spec, _) = parse_raw(&text, Vec::new()).unwrap().validate().unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -129,7 +129,7 @@ impl State for Counts {
         }
     }
 
-    fn evaluate(&self) -> Output {
+    fn evaluate(&self, _elements: u64) -> Output {
         let Some(k) = self.k else {
             return Output::Value(Value::Int(self.counts.len() as i64));
         };

@@ -86,7 +86,7 @@ impl State for Span {
         }
     }
 
-    fn evaluate(&self) -> Output {
+    fn evaluate(&self, _elements: u64) -> Output {
         Output::Value(match self.0 {
             None => Value::Null,
             Some((lo, hi)) => Value::Int(hi.saturating_sub(lo)),

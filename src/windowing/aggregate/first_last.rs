@@ -110,7 +110,7 @@ impl State for Picked {
         }
     }
 
-    fn evaluate(&self) -> Output {
+    fn evaluate(&self, _elements: u64) -> Output {
         Output::Value(self.at.as_ref().map_or(Value::Null, |(_, v)| v.clone()))
     }
 }

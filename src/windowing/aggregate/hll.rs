@@ -225,7 +225,7 @@ impl State for Sketch {
         }
     }
 
-    fn evaluate(&self) -> Output {
+    fn evaluate(&self, _elements: u64) -> Output {
         Output::Value(Value::Int(self.estimate() as i64))
     }
 }

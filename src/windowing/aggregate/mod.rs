@@ -117,8 +117,8 @@ pub trait State: StateClone + fmt::Debug + Send + Sync {
     }
     /// Appends the state in its saved form, starting with a version byte.
     fn encode(&self, out: &mut Vec<u8>);
-    /// The pane's value.
-    fn evaluate(&self) -> Output;
+    /// The pane's value; `elements` is the number of elements the accumulator holds.
+    fn evaluate(&self, elements: u64) -> Output;
 }
 
 /// Cloning and downcasting of boxed states, implemented for every `Clone` state.
@@ -333,23 +333,30 @@ impl Acc {
     /// The value of aggregation `i` of `aggs`.
     pub fn value(&self, aggs: &[AggSpec], i: usize) -> Output {
         match self.states.get(i) {
-            Some(s) => s.evaluate(),
-            None => aggs[i].op.new_state().evaluate(),
+            Some(s) => s.evaluate(self.count),
+            None => aggs[i].op.new_state().evaluate(self.count),
         }
     }
 
     /// Appends the saved form: a version byte, the count, the number of states, and each state
-    /// with a 4-byte length.
+    /// with its length (LEB128).
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.push(ACC_VERSION);
         out.extend_from_slice(&self.count.to_le_bytes());
         out.push(self.states.len() as u8);
         for s in &self.states {
+            // One byte of length is the common case; a longer length is spliced in.
             let at = out.len();
-            out.extend_from_slice(&[0; 4]);
+            out.push(0);
             s.encode(out);
-            let len = (out.len() - at - 4) as u32;
-            out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+            let len = out.len() - at - 1;
+            if len < 0x80 {
+                out[at] = len as u8;
+            } else {
+                let mut prefix = Vec::with_capacity(4);
+                value::put_varint(&mut prefix, len as u64);
+                out.splice(at..at + 1, prefix);
+            }
         }
     }
 
@@ -371,7 +378,7 @@ impl Acc {
         }
         let mut states = Vec::with_capacity(n as usize);
         for a in aggs.iter().take(n as usize) {
-            let len = u32::from_le_bytes(value::take::<4>(bytes)?) as usize;
+            let len = usize::try_from(value::get_varint(bytes)?).ok()?;
             let body = bytes.get(..len)?;
             states.push(a.op.decode(body)?);
             *bytes = &bytes[len..];

@@ -129,7 +129,7 @@ impl State for MomentState {
         out.extend_from_slice(&self.m2.to_le_bytes());
     }
 
-    fn evaluate(&self) -> Output {
+    fn evaluate(&self, _elements: u64) -> Output {
         let divisor = if self.of.sample {
             self.n.checked_sub(1)
         } else {

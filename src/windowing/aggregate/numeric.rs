@@ -87,7 +87,7 @@ impl Aggregate for Simple {
 
     fn new_state(&self) -> Box<dyn State> {
         match self.0 {
-            Kind::Count => Box::new(Count(0)),
+            Kind::Count => Box::new(Count),
             Kind::Sum => Box::new(Sum {
                 sum: 0.0,
                 n: 0,
@@ -115,7 +115,7 @@ impl Aggregate for Simple {
             return None;
         };
         let state: Box<dyn State> = match self.0 {
-            Kind::Count => Box::new(Count(take_u64(b)?)),
+            Kind::Count => Box::new(Count),
             Kind::Sum | Kind::Mean => Box::new(Sum {
                 sum: take_f64(b)?,
                 n: take_u64(b)?,
@@ -139,7 +139,7 @@ pub(super) fn from_legacy(
 ) -> Option<Box<dyn State>> {
     let (sum, lo, hi) = field.unwrap_or((0.0, f64::INFINITY, f64::NEG_INFINITY));
     Some(match op {
-        "count" => Box::new(Count(count)),
+        "count" => Box::new(Count),
         "sum" | "mean" => Box::new(Sum {
             sum,
             n: count,
@@ -151,29 +151,24 @@ pub(super) fn from_legacy(
     })
 }
 
+/// `count` keeps nothing of its own: the accumulator counts its elements (and a box of a
+/// zero-sized state does not allocate).
 #[derive(Debug, Clone)]
-struct Count(u64);
+struct Count;
 
 impl State for Count {
-    fn add(&mut self, _: &Value, _: i64) {
-        self.0 += 1;
-    }
+    fn add(&mut self, _: &Value, _: i64) {}
 
-    fn merge(&mut self, other: &dyn State) {
-        self.0 += same::<Count>(other).0;
-    }
+    fn merge(&mut self, _: &dyn State) {}
 
-    fn retract(&mut self, other: &dyn State) {
-        self.0 -= same::<Count>(other).0.min(self.0);
-    }
+    fn retract(&mut self, _: &dyn State) {}
 
     fn encode(&self, out: &mut Vec<u8>) {
         out.push(1);
-        out.extend_from_slice(&self.0.to_le_bytes());
     }
 
-    fn evaluate(&self) -> Output {
-        Output::Value(Value::Int(self.0 as i64))
+    fn evaluate(&self, elements: u64) -> Output {
+        Output::Value(Value::Int(elements as i64))
     }
 }
 
@@ -211,7 +206,7 @@ impl State for Sum {
         out.extend_from_slice(&self.n.to_le_bytes());
     }
 
-    fn evaluate(&self) -> Output {
+    fn evaluate(&self, _elements: u64) -> Output {
         Output::Value(match (self.mean, self.n) {
             (false, _) => Value::Float(self.sum),
             (true, 0) => Value::Null,
@@ -252,7 +247,7 @@ impl State for Extreme {
         out.extend_from_slice(&self.v.to_le_bytes());
     }
 
-    fn evaluate(&self) -> Output {
+    fn evaluate(&self, _elements: u64) -> Output {
         Output::Value(if self.v.is_infinite() && (self.v > 0.0) != self.max {
             Value::Null
         } else {

@@ -12,7 +12,7 @@
 //! The sketch is saved through its serde form, written as a small binary tree of JSON values
 //! (so doubles keep every bit; JSON text would round them).
 
-use super::value::{put_value, take, take_u64, Value};
+use super::value::{get_varint, put_value, put_varint, take, take_u64, Value};
 use super::{only, same, Aggregate, Input, Output, OutputType, Params, State};
 use serde_json::{Map, Number, Value as Json};
 use sketches_ddsketch::{Config, DDSketch};
@@ -122,7 +122,7 @@ impl State for Sketch {
         put_json(out, &tree);
     }
 
-    fn evaluate(&self) -> Output {
+    fn evaluate(&self, _elements: u64) -> Output {
         Output::Value(match self.sketch.quantile(self.q) {
             Ok(Some(x)) => Value::Float(x),
             _ => Value::Null,
@@ -133,10 +133,28 @@ impl State for Sketch {
 const J_ARRAY: u8 = 10;
 const J_OBJECT: u8 = 11;
 const J_U64: u8 = 12;
+const J_COUNTS: u8 = 13;
 
 /// Appends a JSON value tree in binary: scalars as [`put_value`] writes them (`u64` beyond the
-/// `i64` range with its own tag), arrays and objects with their length.
+/// `i64` range with its own tag), arrays and objects with their length. An array of
+/// non-negative integers (a sketch's bins, mostly zeros) is written sparse: its length, then the
+/// index gap and value of each non-zero entry, as LEB128.
 fn put_json(out: &mut Vec<u8>, v: &Json) {
+    if let Json::Array(items) = v {
+        let counts: Option<Vec<u64>> = items.iter().map(Json::as_u64).collect();
+        if let Some(counts) = counts {
+            out.push(J_COUNTS);
+            put_varint(out, counts.len() as u64);
+            put_varint(out, counts.iter().filter(|&&c| c != 0).count() as u64);
+            let mut last = 0;
+            for (i, &c) in counts.iter().enumerate().filter(|(_, &c)| c != 0) {
+                put_varint(out, (i - last) as u64);
+                put_varint(out, c);
+                last = i;
+            }
+            return;
+        }
+    }
     match v {
         Json::Null => put_value(out, &Value::Null),
         Json::Bool(b) => put_value(out, &Value::Bool(*b)),
@@ -179,6 +197,18 @@ fn get_json(b: &mut &[u8], depth: u32) -> Option<Json> {
         J_U64 => {
             *b = &b[1..];
             Some(Json::from(take_u64(b)?))
+        }
+        J_COUNTS => {
+            *b = &b[1..];
+            let n = usize::try_from(get_varint(b)?).ok()?;
+            let nonzero = get_varint(b)?;
+            let mut counts = vec![0u64; n.min(1 << 20)];
+            let mut at = 0usize;
+            for _ in 0..nonzero {
+                at = at.checked_add(usize::try_from(get_varint(b)?).ok()?)?;
+                *counts.get_mut(at)? = get_varint(b)?;
+            }
+            Some(Json::Array(counts.into_iter().map(Json::from).collect()))
         }
         J_ARRAY => {
             *b = &b[1..];

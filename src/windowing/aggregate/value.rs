@@ -71,6 +71,28 @@ pub fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
     Some(head)
 }
 
+/// Appends `n` as LEB128: seven bits a byte, low first, the high bit set on all but the last.
+pub fn put_varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+/// Reads what [`put_varint`] wrote, advancing `bytes`.
+pub fn get_varint(bytes: &mut &[u8]) -> Option<u64> {
+    let mut n = 0u64;
+    for shift in (0..64).step_by(7) {
+        let [b] = take::<1>(bytes)?;
+        n |= u64::from(b & 0x7f).checked_shl(shift)?;
+        if b & 0x80 == 0 {
+            return Some(n);
+        }
+    }
+    None
+}
+
 /// Reads a little-endian `u64`, advancing `bytes`.
 pub fn take_u64(bytes: &mut &[u8]) -> Option<u64> {
     take::<8>(bytes).map(u64::from_le_bytes)
