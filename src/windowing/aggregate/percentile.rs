@@ -1,26 +1,30 @@
-//! `approx_percentile`: one quantile from a DDSketch (Masson, Rim and Lee, VLDB 2019), by the
-//! `sketches-ddsketch` crate.
+//! `approx_percentile`: one quantile from a DDSketch (Masson, Rim and Lee, VLDB 2019).
 //!
-//! The guarantee: for a sketch of relative error `α` (default 1%), the value returned for the
+//! A value `x` of magnitude at least 10⁻⁹ falls in bin `⌈log_γ |x|⌉` of the store of its sign,
+//! with `γ = (1 + α) / (1 − α)`; smaller magnitudes count as zero. A bin stands for
+//! `2·γ^k / (γ + 1)`, within `α` of every value in it. The guarantee: the value returned for the
 //! quantile `q` is within `α·|x|` of `x`, the element of rank `⌊q·(n−1)⌋` in the window's values
-//! sorted ascending. It holds for values of magnitude at least 10⁻⁹ (smaller ones count as 0) and
-//! while the values span fewer than 2048 bins, a ratio of about 10¹⁷ between the largest and
-//! the smallest magnitude at 1%; past that the lowest bins collapse. Sketches merge exactly, so
-//! a merged session or a combined sliding window answers as if one sketch had seen it all.
-//! NaN and infinite values are skipped like NULLs.
+//! sorted ascending (`q = 0` and `q = 1` give the exact minimum and maximum). It holds while a
+//! store's bins span at most 2048 keys, a ratio of about 10¹⁷ between the largest and the
+//! smallest magnitude at α = 1%; past that the lowest bins collapse into one. Sketches merge by
+//! adding bins, without further error, so a merged session or a combined sliding window answers
+//! as one sketch would. NaN and infinite values are skipped like NULLs.
 //!
-//! The sketch is saved through its serde form, written as a small binary tree of JSON values
-//! (so doubles keep every bit; JSON text would round them).
+//! The mapping and the ranks are those of the `sketches-ddsketch` crate, which tidemark used
+//! first: its sketch saves only through serde, and building that form for every dirty window at
+//! every flush cost most of a percentile pipeline's time (docs/performance.md). This sketch keeps
+//! its bins sparse and saves them as LEB128 gaps and counts.
 
-use super::value::{get_varint, put_value, put_varint, take, take_u64, Value};
+use super::value::{get_varint, put_varint, take, take_f64, take_u64, Value};
 use super::{only, same, Aggregate, Input, Output, OutputType, Params, State};
-use serde_json::{Map, Number, Value as Json};
-use sketches_ddsketch::{Config, DDSketch};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The default relative error.
 pub const DEFAULT_RELATIVE_ERROR: f64 = 0.01;
-const MAX_BINS: u32 = 2048;
+/// The most keys one store spans before its lowest bins collapse.
+const MAX_BINS: i32 = 2048;
+/// Magnitudes below this count as zero.
 const MIN_VALUE: f64 = 1e-9;
 
 #[derive(Debug)]
@@ -46,6 +50,16 @@ pub fn approx_percentile(p: &Params) -> Result<Arc<dyn Aggregate>, String> {
     Ok(Arc::new(Percentile { q, alpha }))
 }
 
+impl Percentile {
+    fn mapping(&self) -> Mapping {
+        let gamma = 1.0 + 2.0 * self.alpha / (1.0 - self.alpha);
+        Mapping {
+            gamma,
+            ln_gamma: (2.0 * self.alpha / (1.0 - self.alpha)).ln_1p(),
+        }
+    }
+}
+
 impl Aggregate for Percentile {
     fn name(&self) -> &'static str {
         "approx_percentile"
@@ -66,176 +80,193 @@ impl Aggregate for Percentile {
     fn new_state(&self) -> Box<dyn State> {
         Box::new(Sketch {
             q: self.q,
-            sketch: DDSketch::new(Config::new(self.alpha, MAX_BINS, MIN_VALUE)),
+            map: self.mapping(),
+            pos: BTreeMap::new(),
+            neg: BTreeMap::new(),
+            zeros: 0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
         })
     }
 
     fn decode(&self, mut bytes: &[u8]) -> Option<Box<dyn State>> {
         let b = &mut bytes;
-        let [1, present] = take::<2>(b)? else {
-            return None;
+        let [2] = take::<1>(b)? else { return None };
+        let zeros = take_u64(b)?;
+        let (min, max) = (take_f64(b)?, take_f64(b)?);
+        let pos = get_store(b)?;
+        let neg = get_store(b)?;
+        let st = Sketch {
+            q: self.q,
+            map: self.mapping(),
+            pos,
+            neg,
+            zeros,
+            min,
+            max,
         };
-        let sketch = match present {
-            0 => return bytes.is_empty().then(|| self.new_state()),
-            _ => serde_json::from_value(get_json(b, 0)?).ok()?,
-        };
-        let st = Sketch { q: self.q, sketch };
         bytes.is_empty().then_some(Box::new(st) as Box<dyn State>)
     }
 }
 
-#[derive(Clone)]
-struct Sketch {
-    q: f64,
-    sketch: DDSketch,
+/// The logarithmic mapping of values to bin keys.
+#[derive(Debug, Clone, Copy)]
+struct Mapping {
+    gamma: f64,
+    ln_gamma: f64,
 }
 
-impl std::fmt::Debug for Sketch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sketch")
-            .field("q", &self.q)
-            .field("count", &self.sketch.count())
-            .finish()
+impl Mapping {
+    fn key(&self, magnitude: f64) -> i32 {
+        (magnitude.ln() / self.ln_gamma).ceil() as i32
+    }
+
+    fn value(&self, key: i32) -> f64 {
+        (key as f64 * self.ln_gamma).exp() * (2.0 / (1.0 + self.gamma))
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Sketch {
+    q: f64,
+    map: Mapping,
+    /// Bin counts of positive values, by key.
+    pos: BTreeMap<i32, u64>,
+    /// Bin counts of negative values, by the key of their magnitude.
+    neg: BTreeMap<i32, u64>,
+    zeros: u64,
+    min: f64,
+    max: f64,
+}
+
+/// Adds `n` to bin `key`, collapsing the lowest bins when the store spans too many keys.
+fn bump(store: &mut BTreeMap<i32, u64>, key: i32, n: u64) {
+    *store.entry(key).or_insert(0) += n;
+    let (Some((&lo, _)), Some((&hi, _))) = (store.first_key_value(), store.last_key_value()) else {
+        return;
+    };
+    if hi - lo >= MAX_BINS {
+        let floor = hi - (MAX_BINS - 1);
+        let low: Vec<i32> = store.range(..floor).map(|(k, _)| *k).collect();
+        let folded: u64 = low.iter().filter_map(|k| store.remove(k)).sum();
+        *store.entry(floor).or_insert(0) += folded;
+    }
+}
+
+/// The key of the element of rank `rank` (from 0) in a store's ascending order.
+fn key_at_rank(store: &BTreeMap<i32, u64>, rank: u64) -> i32 {
+    let mut seen = 0;
+    for (&k, &n) in store {
+        seen += n;
+        if seen > rank {
+            return k;
+        }
+    }
+    store.last_key_value().map_or(0, |(k, _)| *k)
+}
+
+fn put_store(out: &mut Vec<u8>, store: &BTreeMap<i32, u64>) {
+    put_varint(out, store.len() as u64);
+    let mut last: Option<i32> = None;
+    for (&k, &n) in store {
+        match last {
+            // The first key as zigzag, the rest as gaps.
+            None => put_varint(out, ((k << 1) ^ (k >> 31)) as u32 as u64),
+            Some(l) => put_varint(out, (k - l) as u64),
+        }
+        put_varint(out, n);
+        last = Some(k);
+    }
+}
+
+fn get_store(b: &mut &[u8]) -> Option<BTreeMap<i32, u64>> {
+    let n = get_varint(b)?;
+    let mut store = BTreeMap::new();
+    let mut last: Option<i32> = None;
+    for _ in 0..n {
+        let v = get_varint(b)?;
+        let k = match last {
+            None => {
+                let z = u32::try_from(v).ok()?;
+                ((z >> 1) as i32) ^ -((z & 1) as i32)
+            }
+            Some(l) => l.checked_add(i32::try_from(v).ok().filter(|g| *g > 0)?)?,
+        };
+        store.insert(k, get_varint(b)?);
+        last = Some(k);
+    }
+    Some(store)
+}
+
+impl Sketch {
+    fn count(&self) -> u64 {
+        self.zeros + self.pos.values().sum::<u64>() + self.neg.values().sum::<u64>()
+    }
+
+    fn quantile(&self) -> Option<f64> {
+        let n = self.count();
+        if n == 0 {
+            return None;
+        }
+        if self.q == 0.0 {
+            return Some(self.min);
+        }
+        if self.q == 1.0 {
+            return Some(self.max);
+        }
+        let rank = (self.q * (n as f64 - 1.0)) as u64;
+        let negatives: u64 = self.neg.values().sum();
+        Some(if rank < negatives {
+            // Negative values ascend as their magnitudes descend.
+            -self.map.value(key_at_rank(&self.neg, negatives - rank - 1))
+        } else if rank < negatives + self.zeros {
+            0.0
+        } else {
+            self.map
+                .value(key_at_rank(&self.pos, rank - negatives - self.zeros))
+        })
     }
 }
 
 impl State for Sketch {
     fn add(&mut self, v: &Value, _: i64) {
-        if let Some(x) = v.as_f64().filter(|x| x.is_finite()) {
-            self.sketch.add(x);
+        let Some(x) = v.as_f64().filter(|x| x.is_finite()) else {
+            return;
+        };
+        self.min = self.min.min(x);
+        self.max = self.max.max(x);
+        if x >= MIN_VALUE {
+            bump(&mut self.pos, self.map.key(x), 1);
+        } else if x <= -MIN_VALUE {
+            bump(&mut self.neg, self.map.key(-x), 1);
+        } else {
+            self.zeros += 1;
         }
     }
 
     fn merge(&mut self, other: &dyn State) {
-        // Sketches of one aggregation share their configuration, so merging cannot fail.
-        let _ = self.sketch.merge(&same::<Sketch>(other).sketch);
+        let o = same::<Sketch>(other);
+        for (&k, &n) in &o.pos {
+            bump(&mut self.pos, k, n);
+        }
+        for (&k, &n) in &o.neg {
+            bump(&mut self.neg, k, n);
+        }
+        self.zeros += o.zeros;
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
-        out.push(1);
-        if self.sketch.count() == 0 {
-            out.push(0);
-            return;
-        }
-        out.push(1);
-        let tree = serde_json::to_value(&self.sketch).expect("a sketch serialises");
-        put_json(out, &tree);
+        out.push(2);
+        out.extend_from_slice(&self.zeros.to_le_bytes());
+        out.extend_from_slice(&self.min.to_le_bytes());
+        out.extend_from_slice(&self.max.to_le_bytes());
+        put_store(out, &self.pos);
+        put_store(out, &self.neg);
     }
 
     fn evaluate(&self, _elements: u64) -> Output {
-        Output::Value(match self.sketch.quantile(self.q) {
-            Ok(Some(x)) => Value::Float(x),
-            _ => Value::Null,
-        })
-    }
-}
-
-const J_ARRAY: u8 = 10;
-const J_OBJECT: u8 = 11;
-const J_U64: u8 = 12;
-const J_COUNTS: u8 = 13;
-
-/// Appends a JSON value tree in binary: scalars as [`put_value`] writes them (`u64` beyond the
-/// `i64` range with its own tag), arrays and objects with their length. An array of
-/// non-negative integers (a sketch's bins, mostly zeros) is written sparse: its length, then the
-/// index gap and value of each non-zero entry, as LEB128.
-fn put_json(out: &mut Vec<u8>, v: &Json) {
-    if let Json::Array(items) = v {
-        let counts: Option<Vec<u64>> = items.iter().map(Json::as_u64).collect();
-        if let Some(counts) = counts {
-            out.push(J_COUNTS);
-            put_varint(out, counts.len() as u64);
-            put_varint(out, counts.iter().filter(|&&c| c != 0).count() as u64);
-            let mut last = 0;
-            for (i, &c) in counts.iter().enumerate().filter(|(_, &c)| c != 0) {
-                put_varint(out, (i - last) as u64);
-                put_varint(out, c);
-                last = i;
-            }
-            return;
-        }
-    }
-    match v {
-        Json::Null => put_value(out, &Value::Null),
-        Json::Bool(b) => put_value(out, &Value::Bool(*b)),
-        Json::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                put_value(out, &Value::Int(i));
-            } else if let Some(u) = n.as_u64() {
-                out.push(J_U64);
-                out.extend_from_slice(&u.to_le_bytes());
-            } else {
-                put_value(out, &Value::Float(n.as_f64().unwrap_or(f64::NAN)));
-            }
-        }
-        Json::String(s) => put_value(out, &super::value::string(s.as_str())),
-        Json::Array(items) => {
-            out.push(J_ARRAY);
-            out.extend_from_slice(&(items.len() as u32).to_le_bytes());
-            for i in items {
-                put_json(out, i);
-            }
-        }
-        Json::Object(m) => {
-            out.push(J_OBJECT);
-            out.extend_from_slice(&(m.len() as u32).to_le_bytes());
-            for (k, v) in m {
-                put_value(out, &super::value::string(k.as_str()));
-                put_json(out, v);
-            }
-        }
-    }
-}
-
-/// Reads what [`put_json`] wrote.
-fn get_json(b: &mut &[u8], depth: u32) -> Option<Json> {
-    if depth > 8 {
-        return None;
-    }
-    let len = |b: &mut &[u8]| take::<4>(b).map(|x| u32::from_le_bytes(x) as usize);
-    match *b.first()? {
-        J_U64 => {
-            *b = &b[1..];
-            Some(Json::from(take_u64(b)?))
-        }
-        J_COUNTS => {
-            *b = &b[1..];
-            let n = usize::try_from(get_varint(b)?).ok()?;
-            let nonzero = get_varint(b)?;
-            let mut counts = vec![0u64; n.min(1 << 20)];
-            let mut at = 0usize;
-            for _ in 0..nonzero {
-                at = at.checked_add(usize::try_from(get_varint(b)?).ok()?)?;
-                *counts.get_mut(at)? = get_varint(b)?;
-            }
-            Some(Json::Array(counts.into_iter().map(Json::from).collect()))
-        }
-        J_ARRAY => {
-            *b = &b[1..];
-            let n = len(b)?;
-            (0..n)
-                .map(|_| get_json(b, depth + 1))
-                .collect::<Option<Vec<_>>>()
-                .map(Json::Array)
-        }
-        J_OBJECT => {
-            *b = &b[1..];
-            let n = len(b)?;
-            let mut m = Map::new();
-            for _ in 0..n {
-                let Value::Str(k) = super::value::get_value(b)? else {
-                    return None;
-                };
-                m.insert(k.into_owned(), get_json(b, depth + 1)?);
-            }
-            Some(Json::Object(m))
-        }
-        _ => Some(match super::value::get_value(b)? {
-            Value::Null => Json::Null,
-            Value::Bool(x) => Json::Bool(x),
-            Value::Int(i) => Json::from(i),
-            Value::Float(x) => Json::Number(Number::from_f64(x)?),
-            Value::Str(s) => Json::String(s.into_owned()),
-        }),
+        Output::Value(self.quantile().map_or(Value::Null, Value::Float))
     }
 }
