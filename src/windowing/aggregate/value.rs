@@ -35,12 +35,15 @@ pub fn put_value(out: &mut Vec<u8>, v: &Value) {
             out.push(FLOAT);
             out.extend_from_slice(&x.to_le_bytes());
         }
-        Value::Str(s) => {
-            out.push(STR);
-            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            out.extend_from_slice(s.as_bytes());
-        }
+        Value::Str(s) => put_str(out, s),
     }
+}
+
+/// Appends a string as [`put_value`] writes a string value.
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.push(STR);
+    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
 }
 
 /// Reads a value written by [`put_value`], advancing `bytes` past it.
@@ -157,7 +160,11 @@ impl Scalar {
 
     /// Appends the scalar in [`put_value`]'s encoding.
     pub fn put(&self, out: &mut Vec<u8>) {
-        put_value(out, &self.to_value());
+        match self {
+            // Written in place: a string scalar is hashed for every value HyperLogLog adds.
+            Scalar::Str(s) => put_str(out, s),
+            other => put_value(out, &other.to_value()),
+        }
     }
 
     /// Reads a scalar written by [`Scalar::put`].
