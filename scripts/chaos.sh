@@ -13,6 +13,9 @@
 #   TIDEMARK_CHAOS_STATIC=1 scripts/chaos.sh     # members with static membership
 #   TIDEMARK_TEST_BROKER=noida scripts/chaos.sh 10  # on noida-db (default: tansu)
 #
+# The binaries are built once and copied to a frozen directory before the first run, so a
+# rebuild of the tree during a long series does not change what the later runs test.
+#
 # Each run's broker log is written to $CHAOS_LOGS (default $CARGO_TARGET_DIR/chaos-logs) and kept only
 # when the run fails, beside the member logs and raw-log dumps the test itself keeps.
 #
@@ -28,9 +31,20 @@ tests=("$@")
 [ "${#tests[@]}" -gt 0 ] || tests=(kafka_chaos kafka_chaos_hop)
 export TIDEMARK_CHAOS_KILLS="${TIDEMARK_CHAOS_KILLS:-24}"
 export TIDEMARK_CHAOS_RECORDS="${TIDEMARK_CHAOS_RECORDS:-60000}"
-cargo build --release --quiet --tests
 logs="${CHAOS_LOGS:-$CARGO_TARGET_DIR/chaos-logs}"
 mkdir -p "$logs"
+frozen=$(mktemp -d "${TMPDIR:-/tmp}/tidemark-chaos-bin.XXXXXX")
+trap 'rm -rf "$frozen"' EXIT
+declare -A binary
+for t in "${tests[@]}"; do
+  exe=$(cargo test --release --quiet --no-run --message-format=json --test "$t" |
+    jq -r 'select(.reason == "compiler-artifact" and .executable != null and .target.kind == ["test"]) | .executable')
+  cp "$exe" "$frozen/$t"
+  binary[$t]="$frozen/$t"
+done
+cargo build --release --quiet --bin tidemark
+cp "$CARGO_TARGET_DIR/release/tidemark" "$frozen/tidemark"
+export TIDEMARK_BIN="$frozen/tidemark"
 echo "chaos.sh: broker ${TIDEMARK_TEST_BROKER:-tansu}, commit $(git rev-parse --short HEAD), $(date -u +%FT%TZ)"
 passed=0
 total=0
@@ -39,7 +53,7 @@ for i in $(seq 1 "$runs"); do
     total=$((total + 1))
     out=$(mktemp)
     blog="$logs/$(date +%s)-$t-$i-broker.log"
-    if TIDEMARK_BROKER_LOG="$blog" cargo test --release --quiet --test "$t" -- --nocapture >"$out" 2>&1; then
+    if TIDEMARK_BROKER_LOG="$blog" "${binary[$t]}" --nocapture >"$out" 2>&1; then
       passed=$((passed + 1))
       rm -f "$blog"
     else

@@ -62,7 +62,7 @@ pub fn spawn(dir: &Path, id: &str, incarnation: usize, text: &str) -> Child {
     let cfg = dir.join(format!("{id}-{incarnation}.toml"));
     std::fs::write(&cfg, text).unwrap();
     let log = std::fs::File::create(dir.join(format!("{id}-{incarnation}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_tidemark"))
+    Command::new(super::tidemark_bin())
         .args(["run", "--config"])
         .arg(&cfg)
         .env("TIDEMARK_LOG", "info")

@@ -517,9 +517,18 @@ pub fn start_member(cfg: &std::path::Path) -> Child {
     start_tidemark("run", cfg)
 }
 
+/// The `tidemark` binary the tests start: `TIDEMARK_BIN` when it is set (`scripts/chaos.sh` runs
+/// a series on a frozen copy, so a rebuild during the series changes nothing), else the one cargo
+/// built for this test.
+pub fn tidemark_bin() -> std::path::PathBuf {
+    std::env::var_os("TIDEMARK_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_tidemark").into())
+}
+
 /// `tidemark COMMAND --config CFG ARGS...`, logging at `TIDEMARK_TEST_LOG` (default warn).
 fn tidemark_command(command: &str, cfg: &std::path::Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
+    let mut c = Command::new(tidemark_bin());
     c.args([command, "--config"]).arg(cfg).args(args).env(
         "TIDEMARK_LOG",
         std::env::var("TIDEMARK_TEST_LOG").unwrap_or_else(|_| "warn".into()),
