@@ -5,7 +5,7 @@
 #
 # The Kafka tests run against two Kafka-protocol brokers (scripts/install-broker.sh installs
 # both): every test on Tansu, then the ones that judge exactly-once, progress and membership on
-# noida-db. Arguments are passed to both `cargo test` runs (a filter, say).
+# noida-db. Arguments are passed to every `cargo test` run (a filter, say).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -32,3 +32,7 @@ echo "== cargo test (release; Kafka tests on noida-db)"
 TIDEMARK_TEST_BROKER=noida cargo test --release "${noida_tests[@]}" "$@"
 echo "== cargo test (release; Kafka tests that kill members, on noida-db, membership from the log)"
 TIDEMARK_TEST_BROKER=noida TIDEMARK__KAFKA__MEMBERSHIP=log cargo test --release "${killing[@]}" "$@"
+# The chaos tests once more with the default membership: the group stops assigning after the
+# first kill there, and the members must move it to membership from the log by themselves.
+echo "== cargo test (release; chaos on noida-db with the default membership, which moves itself)"
+TIDEMARK_TEST_BROKER=noida cargo test --release --test kafka_chaos --test kafka_chaos_hop "$@"

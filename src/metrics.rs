@@ -78,6 +78,10 @@ pub const PARTITIONS_SUPERSEDED: &str = "tidemark_partitions_superseded_total";
 /// group gave a held partition to another member) or `group` (another member decided it, and
 /// the claims topic said so).
 pub const ASSIGNOR_FALLBACKS: &str = "tidemark_assignor_fallbacks_total";
+/// Times this member left the broker's consumer group for membership from the log; label
+/// `reason`: `wedged` (the group stayed wedged after a rejoin) or `group` (another member
+/// decided it).
+pub const MEMBERSHIP_MOVES: &str = "tidemark_membership_moves_total";
 /// Records between the consumer's position and the partition's end; labels `topic`, `partition`.
 pub const CONSUMER_LAG: &str = "tidemark_consumer_lag_records";
 /// Seconds the partition's lag takes to process at the partition's recent processing rate
@@ -133,6 +137,7 @@ pub const ALL: &[&str] = &[
     GROUP_WEDGES,
     PARTITIONS_SUPERSEDED,
     ASSIGNOR_FALLBACKS,
+    MEMBERSHIP_MOVES,
     HOP_WATERMARK_RECORDS,
     SINK_ROWS,
     SINK_DEAD_LETTERS,
@@ -184,6 +189,10 @@ pub fn describe() {
     describe_counter!(
         ASSIGNOR_FALLBACKS,
         "Times this member gave up the cooperative rebalance protocol for the eager one, by reason."
+    );
+    describe_counter!(
+        MEMBERSHIP_MOVES,
+        "Times this member left the broker's consumer group for membership from the log, by reason."
     );
     describe_counter!(
         HOP_WATERMARK_RECORDS,

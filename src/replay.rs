@@ -257,6 +257,19 @@ fn log_members(k: &KafkaSpec) -> Result<Vec<String>, ReplayError> {
         .collect())
 }
 
+/// Whether the claims topic says the group moved to membership from the log (false when it
+/// cannot be read: a pipeline that never ran has no claims topic).
+fn moved_to_log(k: &KafkaSpec) -> bool {
+    crate::kafka::raw_log::read_partition(&k.bootstrap_servers, &k.claims_topic, 0, 0).is_ok_and(
+        |log| {
+            log.committed.iter().any(|r| {
+                let (key, value, _) = crate::kafka::roster::parts_of(r);
+                crate::kafka::roster::is_move_to_log(key, value)
+            })
+        },
+    )
+}
+
 /// When stopped members of a pipeline with these settings leave its group.
 fn why_members_stay(k: &KafkaSpec) -> String {
     let session = k
@@ -284,7 +297,9 @@ fn check_group_is_empty(
     let started = std::time::Instant::now();
     let mut said: Option<Vec<String>> = None;
     loop {
-        let members = if k.log_membership {
+        // A group that moved to membership from the log by itself (its consumer group stopped
+        // assigning) has its members in the claims topic.
+        let members = if k.log_membership || moved_to_log(k) {
             log_members(k)?
         } else {
             group_members(consumer, group)?

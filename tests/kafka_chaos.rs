@@ -40,22 +40,6 @@ fn start(dir: &Path, broker: &str, id: &str, incarnation: usize, keep_state: boo
     chaos::spawn(dir, id, incarnation, &text)
 }
 
-/// Counts member log lines that contain `needle`.
-fn count_in_logs(dir: &Path, needle: &str) -> usize {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-        .map(|e| {
-            std::fs::read_to_string(e.path())
-                .unwrap_or_default()
-                .lines()
-                .filter(|l| l.contains(needle))
-                .count()
-        })
-        .sum()
-}
-
 /// Multiset difference: lines of `a` not matched by a line of `b`.
 fn missing_from(a: &[String], b: &[String]) -> usize {
     let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
@@ -232,8 +216,9 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
     let dead_missing = expected_dead.difference(&got_dead).count();
     let dead_extra = got_dead.difference(&expected_dead).count();
     let open = panes.open + dead.open + changelog_open;
-    let mismatches = count_in_logs(dir.path(), "disagrees with the changelog");
-    let restores = count_in_logs(dir.path(), "partition restored from the changelog");
+    let mismatches = chaos::count_in_logs(dir.path(), "disagrees with the changelog");
+    let restores = chaos::count_in_logs(dir.path(), "partition restored from the changelog");
+    let moves = chaos::count_in_logs(dir.path(), chaos::MOVED);
     let failed_exits = statuses.iter().filter(|s| !s.success()).count();
     let input_ok = input.committed.len() == scenario.records.len();
 
@@ -252,7 +237,7 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
         // A run whose kills all hit idle members proves nothing about restores.
         && working > 0;
     println!(
-        "chaos: seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={} panes={}/{} missing={missing} extra={extra} duplicates={} gaps={} dead_letters={}/{} dead_missing={dead_missing} dead_duplicates={} reference_mismatches={} open_txn_records={open} aborted_records={} restores={restores} group_offset_mismatches={mismatches} failed_exits={failed_exits} result={}",
+        "chaos: seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={} panes={}/{} missing={missing} extra={extra} duplicates={} gaps={} dead_letters={}/{} dead_missing={dead_missing} dead_duplicates={} reference_mismatches={} open_txn_records={open} aborted_records={} restores={restores} group_offset_mismatches={mismatches} membership_moves={moves} failed_exits={failed_exits} result={}",
         input.committed.len(),
         report.panes,
         expected.len(),

@@ -143,6 +143,7 @@ fn the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once(
         })
         .sum();
     let failed_exits = statuses.iter().filter(|s| !s.success()).count();
+    let moves = chaos::count_in_logs(dir.path(), chaos::MOVED);
     let late = got.dead.keys().filter(|d| d.3 == "late").count();
     let malformed = got.dead.keys().filter(|d| d.3 == "malformed").count();
     let pass = problems.is_empty()
@@ -154,7 +155,7 @@ fn the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once(
         eprintln!("problem: {p}");
     }
     println!(
-        "chaos-hop: seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={input} panes={} problems={} dead_letters={} (late {late}, malformed {malformed}) open_txn_records={open} failed_exits={failed_exits} result={}",
+        "chaos-hop: seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={input} panes={} problems={} dead_letters={} (late {late}, malformed {malformed}) open_txn_records={open} membership_moves={moves} failed_exits={failed_exits} result={}",
         got.panes.len(),
         problems.len(),
         got.dead.len(),

@@ -1,6 +1,7 @@
 //! Group behaviour against a real broker: fencing of a zombie with the same transactional id,
 //! members joining, leaving and dying while input flows, and a group whose leader assigns nothing
-//! (noticed, left and rejoined). Output stays complete and exactly-once.
+//! (noticed, left and rejoined; when that stays so, the group moves to membership from the log).
+//! Output stays complete and exactly-once.
 //! Members are dynamic (see `common::dynamic`); static membership is exercised by kafka_crash.rs
 //! (one member restarted with its group.instance.id) and measured by benches/restart.rs.
 
@@ -224,6 +225,69 @@ fn a_group_whose_leader_assigns_nothing_is_noticed_and_rejoined() {
     // see the first test). So completeness is not judged here.
     rogue.leave();
     assert!(stop_member(member).success());
+}
+
+#[test]
+fn a_group_that_stays_wedged_moves_to_membership_from_the_log_and_finishes_the_input() {
+    // The rogue leads every generation and assigns nothing, so the member's rejoin after the
+    // first wedge (18 s) does not heal the group. At the second wedge (after twice the bound)
+    // the member writes the move record into the claims topic, leaves the consumer group and
+    // takes every partition through membership from the log: the input is finished, exactly
+    // once, with the rogue still leading the broker's group.
+    let broker = Broker::start();
+    broker.create_topic("events", 3);
+    let s = Scenario::generate(3, 2_000, 31);
+    s.produce(&broker.addr, 500, Duration::ZERO).join().unwrap();
+    let rogue = rogue::Rogue::start(&broker.addr, "scn", &["events"]);
+    let (_dir, port, log, member) = member_beside(&rogue, &broker);
+    let started = Instant::now();
+    common::wait_for_log(&log, "leaving and joining it again", 1, 90);
+    common::wait_for_log(&log, "the group moves to membership from the log", 1, 150);
+    let waited = started.elapsed();
+    eprintln!("moved {waited:?} after the watchdog started");
+    assert!(
+        waited >= Duration::from_secs(40),
+        "moved {waited:?} after the watchdog started: before the second wedge (18 s + 36 s)"
+    );
+    let got = wait_for(&broker.addr, "panes", s.expected.len(), 120);
+    assert_eq!(got, s.expected.len(), "the moved member did not finish");
+    assert!(
+        rogue.led.load(std::sync::atomic::Ordering::SeqCst) >= 2,
+        "the rogue led the generation after the rejoin too"
+    );
+    let body = http_get(port, "/metrics").expect("metrics").1;
+    assert!(metric(&body, "tidemark_membership_moves_total") >= 1.0);
+    let moves: usize = tidemark::kafka::raw_log::dump_topic(&broker.addr, "scn-claims")
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.control.is_none())
+        .filter(|r| {
+            tidemark::kafka::roster::is_move_to_log(
+                r.record.key.as_deref().unwrap_or_default(),
+                r.record.value.as_deref().unwrap_or_default(),
+            )
+        })
+        .count();
+    assert_eq!(moves, 1, "one move record in the claims topic");
+    // A member started now reads the record and joins no consumer group; the two share the
+    // partitions.
+    let dir2 = tempfile::tempdir().unwrap();
+    let cfg2 = dir2.path().join("m2.toml");
+    let text2 = dynamic(pipeline(
+        &broker.addr,
+        &dir2.path().join("state"),
+        Some("m2"),
+        "",
+    ));
+    std::fs::write(&cfg2, text2).unwrap();
+    let log2 = dir2.path().join("m2.log");
+    let second = start_member_logged(&cfg2, &log2);
+    common::wait_for_log(&log2, "joining no consumer group", 1, 30);
+    common::wait_for_log(&log2, "membership from the log: taking", 1, 60);
+    assert!(stop_member(second).success());
+    assert!(stop_member(member).success());
+    rogue.leave();
+    assert_exactly_once(&broker.addr, &s);
 }
 
 #[test]

@@ -28,14 +28,16 @@
 //! claim, it aborts. Every claim counts as soon as it is written, whatever becomes of its
 //! transaction: an aborted claim can only make a member give up a partition it might have kept.
 //!
-//! The same topic carries the group's one decision about its rebalance protocol: a record
+//! The same topic carries the group's two decisions about its membership: a record
 //! [`crate::kafka::assignor::FALLBACK_KEY`] moves every member to the eager protocol (see
-//! [`crate::kafka::assignor`] and `super::membership`).
+//! [`crate::kafka::assignor`] and `super::membership`), and a record
+//! [`crate::kafka::roster::MOVE_KEY`] moves every member from the broker's consumer group to
+//! membership from the log (`super::roster`).
 
 use super::errors::{CycleError, RunError};
 use super::Core;
-use crate::kafka::assignor;
 use crate::kafka::raw_log::{PartitionTail, RawLogError};
+use crate::kafka::{assignor, roster};
 use crate::metrics as m;
 use metrics::counter;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
@@ -64,6 +66,8 @@ pub(super) struct ClaimBook {
     held: HashMap<TopicPartition, Held>,
     /// Whether the claims topic holds the record that moves the group to the eager protocol.
     eager: bool,
+    /// Whether it holds the record that moves the group to membership from the log.
+    log_membership: bool,
 }
 
 /// The key of a claim record for `part`.
@@ -94,12 +98,18 @@ impl ClaimBook {
             next,
             held: HashMap::new(),
             eager: false,
+            log_membership: false,
         }
     }
 
     /// Whether the claims read so far move the group to the eager rebalance protocol.
     pub(super) fn eager(&self) -> bool {
         self.eager
+    }
+
+    /// Whether the claims read so far move the group to membership from the log.
+    pub(super) fn log_membership(&self) -> bool {
+        self.log_membership
     }
 
     /// Where the next read of the claims topic starts.
@@ -143,6 +153,10 @@ impl ClaimBook {
         for (key, value) in records {
             if assignor::is_fallback(key, value) {
                 self.eager = true;
+                continue;
+            }
+            if roster::is_move_to_log(key, value) {
+                self.log_membership = true;
                 continue;
             }
             let Some((part, token, generation)) = parse(key, value) else {
@@ -308,17 +322,42 @@ impl Core {
         self.claims.as_ref().is_some_and(|c| c.book.eager())
     }
 
+    /// Whether the claims topic says the group moved to membership from the log.
+    pub(super) fn group_uses_log(&self) -> bool {
+        self.claims
+            .as_ref()
+            .is_some_and(|c| c.book.log_membership())
+    }
+
     /// Moves the group to the eager rebalance protocol: writes the record that says so into the
     /// claims topic (in the open transaction; claims count as soon as they are written) and
     /// waits for its delivery.
     pub(super) fn announce_eager(&mut self) -> Result<(), CycleError> {
-        if self.claims.is_none() || self.group_is_eager() {
+        if self.group_is_eager() {
+            return Ok(());
+        }
+        self.announce(assignor::FALLBACK_KEY, assignor::FALLBACK_VALUE)
+    }
+
+    /// Moves the group to membership from the log, as [`Core::announce_eager`] moves it to the
+    /// eager protocol.
+    pub(super) fn announce_log_membership(&mut self) -> Result<(), CycleError> {
+        if self.group_uses_log() {
+            return Ok(());
+        }
+        self.announce(roster::MOVE_KEY, roster::MOVE_VALUE)
+    }
+
+    /// Writes one decision of the group's (`key`, `value`) into the claims topic and waits for
+    /// its delivery.
+    fn announce(&mut self, key: &[u8], value: &[u8]) -> Result<(), CycleError> {
+        if self.claims.is_none() {
             return Ok(());
         }
         let record = BaseRecord::with_opaque_to(&self.k.claims_topic, 0usize)
             .partition(0)
-            .key(assignor::FALLBACK_KEY)
-            .payload(assignor::FALLBACK_VALUE);
+            .key(key)
+            .payload(value);
         self.send(record)?;
         self.await_deliveries()
     }
@@ -440,6 +479,23 @@ mod tests {
         ];
         assert!(feed(&mut a, &log, 2).is_empty());
         assert!(a.eager());
+        assert!(!a.log_membership());
+        assert!(a.holds(&tp(0)));
+    }
+
+    #[test]
+    fn the_move_record_moves_the_book_to_membership_from_the_log_and_claims_nothing() {
+        let mut a = ClaimBook::new("a".into(), 0);
+        let mine = a.claim(&[tp(0)]);
+        let record = (
+            String::from_utf8(roster::MOVE_KEY.to_vec()).unwrap(),
+            String::from_utf8(roster::MOVE_VALUE.to_vec()).unwrap(),
+        );
+        assert!(feed(&mut a, &mine, 1).is_empty());
+        assert!(!a.log_membership());
+        assert!(feed(&mut a, std::slice::from_ref(&record), 2).is_empty());
+        assert!(a.log_membership());
+        assert!(!a.eager());
         assert!(a.holds(&tp(0)));
     }
 

@@ -1,13 +1,25 @@
-//! The member's place in its consumer group: the consumer, created with the rebalance context
-//! that restores and commits on its behalf and subscribed to the pipeline's topics, the way it
-//! joins again when the group watchdog finds the group wedged (see [`super::watchdog`]), and the
-//! group's fallback from the cooperative rebalance protocol to the eager one
-//! ([`crate::kafka::assignor`]).
+//! The member's place in its group: the consumer, created with the rebalance context that
+//! restores and commits on its behalf and subscribed to the pipeline's topics, the group
+//! watchdog and the way the member joins again when the watchdog finds the group wedged (see
+//! [`super::watchdog`]), the group's fallback from the cooperative rebalance protocol to the
+//! eager one ([`crate::kafka::assignor`]), and its move to membership from the log
+//! (`super::roster`).
+//!
+//! **The move to membership from the log.** A group coordinator that never evicts a member that
+//! died ([`crate::kafka::quirks::DEAD_MEMBERS_NOT_EVICTED`]) leaves partitions without an owner
+//! that no rejoin gives one. When the watchdog finds the group wedged [`MOVE_AFTER_WEDGES`]
+//! times in a row (the rejoins in between did not give every partition an owner), the member
+//! writes the move record ([`crate::kafka::roster::MOVE_KEY`]) into the claims topic, commits,
+//! leaves the consumer group and follows the roster. Every other member reads the record within
+//! [`LOOK_AT_CLAIMS_EVERY`] (or at start) and moves too; the record stays, so the group keeps
+//! membership from the log until the claims topic is recreated. While some members have moved
+//! and others have not, the claims keep every partition's commits to one owner: the two kinds of
+//! member share one fencing.
 
 use super::errors::RunError;
 use super::rebalance::{self, RebalanceContext, Rejoin, Why};
 use super::scaling::Idle;
-use super::watchdog::Watchdog;
+use super::watchdog::{Held, Watchdog};
 use super::Core;
 use crate::config::KafkaSpec;
 use crate::kafka::assignor::{self, Protocol};
@@ -20,9 +32,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How often a member using the cooperative protocol reads the claims topic for the group's
-/// fallback when it runs no commit cycle that would.
-const LOOK_FOR_FALLBACK_EVERY: Duration = Duration::from_secs(1);
+/// How often a member of the broker's consumer group reads the claims topic for the group's
+/// decisions (the eager fallback, the move to membership from the log) besides its commit
+/// cycles' reads.
+const LOOK_AT_CLAIMS_EVERY: Duration = Duration::from_secs(1);
+
+/// How many wedges in a row move the group to membership from the log.
+pub(super) const MOVE_AFTER_WEDGES: u32 = 2;
 
 /// A member of the group: its consumer and what joining again needs.
 pub(super) struct Membership {
@@ -48,6 +64,8 @@ pub(super) struct Membership {
     /// With membership from the log: the roster the consumer's manual assignment follows
     /// (the consumer then joins no group).
     roster: Option<Roster>,
+    /// With the broker's consumer group: the group watchdog, when it could start.
+    watchdog: Option<Watchdog>,
 }
 
 /// What a member that gave up the cooperative protocol remembers.
@@ -59,13 +77,16 @@ struct FellBack {
 }
 
 impl Membership {
-    /// Creates the consumer with `settings` and subscribes it to `topics`.
+    /// Creates the consumer with `settings` and subscribes it to `topics`, or, with membership
+    /// from the log (configured, or decided by the group), starts the roster. `owned_here` is
+    /// what the core publishes of the partitions it holds, for the group watchdog.
     pub(super) fn join(
         core: Arc<Mutex<Core>>,
         k: &KafkaSpec,
         input_partitions: usize,
         settings: ClientConfig,
         topics: Vec<String>,
+        owned_here: Held,
     ) -> Result<Membership, RunError> {
         let mut settings = settings;
         let mut protocol = protocol_of(&settings)?;
@@ -78,21 +99,28 @@ impl Membership {
             settings.set("partition.assignment.strategy", assignor::EAGER_FALLBACK);
             protocol = Protocol::Eager;
         }
-        let (consumer, idle) = if k.log_membership {
+        let moved = !k.log_membership && core.lock().expect("lock").group_uses_log();
+        if moved {
+            tracing::warn!(
+                "the claims topic says this group moved to membership from the log (its \
+                 consumer group stopped assigning partitions): joining no consumer group"
+            );
+        }
+        let log = k.log_membership || moved;
+        let (consumer, idle) = if log {
             unsubscribed(&core, k, input_partitions, &settings)?
         } else {
             subscribed(&core, k, input_partitions, &settings, &topics)?
         };
-        let roster = if k.log_membership {
-            let token = core.lock().expect("lock").claims_token();
-            Some(super::roster::start(
-                k,
-                token,
-                crate::kafka::admin::partitions_of(&consumer, &topics)
-                    .map_err(RunError::Startup)?,
-            )?)
+        let roster = if log {
+            Some(start_roster(&core, k, &consumer, &topics)?)
         } else {
             None
+        };
+        let watchdog = if log {
+            None
+        } else {
+            Watchdog::start(k, topics.clone(), owned_here).ok()
         };
         Ok(Membership {
             consumer,
@@ -107,6 +135,7 @@ impl Membership {
             fell_back: None,
             pinned: false,
             roster,
+            watchdog,
         })
     }
 
@@ -125,8 +154,10 @@ impl Membership {
     }
 
     /// Rejoins when the group watchdog asks for it (the group is wedged), or when the core found
-    /// partitions of this member's claimed by another member.
-    pub(super) fn rejoin_if_asked(&mut self, watchdog: Option<&Watchdog>) -> Result<(), RunError> {
+    /// partitions of this member's claimed by another member; moves to membership from the log
+    /// when the group stays wedged or another member moved it; with membership from the log,
+    /// follows the roster.
+    pub(super) fn rejoin_if_asked(&mut self) -> Result<(), RunError> {
         if let Some(roster) = self.roster.as_mut() {
             // Membership from the log: partitions claimed by another member were dropped
             // already, and the next look follows the claim.
@@ -137,16 +168,28 @@ impl Membership {
                 None => Ok(()),
             };
         }
+        if self.last_look.elapsed() >= LOOK_AT_CLAIMS_EVERY {
+            self.last_look = Instant::now();
+            self.core.lock().expect("lock").look_at_claims();
+        }
+        if self.core.lock().expect("lock").group_uses_log() {
+            return self.move_to_log("group");
+        }
         if let Some(reason) = self.fallback_reason() {
             return self.fall_back(reason);
         }
         if self.refused_for_too_long() {
             return self.go_back();
         }
-        if let Some(w) = watchdog.filter(|w| w.take_rejoin()) {
-            self.rejoin(Why::Wedged {
-                bound_ms: w.bound_ms,
-            })?;
+        let wedged = self
+            .watchdog
+            .as_ref()
+            .and_then(|w| Some((w.take_rejoin()?, w.bound_ms)));
+        if let Some((in_a_row, bound_ms)) = wedged {
+            if in_a_row >= MOVE_AFTER_WEDGES {
+                return self.move_to_log("wedged");
+            }
+            self.rejoin(Why::Wedged { bound_ms })?;
         }
         let superseded = std::mem::take(&mut self.core.lock().expect("lock").superseded);
         if superseded {
@@ -162,11 +205,7 @@ impl Membership {
         if self.protocol != Protocol::Cooperative || self.pinned {
             return None;
         }
-        let mut core = self.core.lock().expect("lock");
-        if self.last_look.elapsed() >= LOOK_FOR_FALLBACK_EVERY {
-            self.last_look = Instant::now();
-            core.look_at_claims();
-        }
+        let core = self.core.lock().expect("lock");
         if core.group_is_eager() {
             Some("group")
         } else if self.consumer.context().stalled.load(Ordering::Relaxed) {
@@ -213,6 +252,45 @@ impl Membership {
             refused: None,
         });
         self.resubscribe(assignor::EAGER_FALLBACK, Protocol::Eager)
+    }
+
+    /// Moves the group to membership from the log (unless another member did: then this member
+    /// follows), commits, leaves the consumer group and starts the roster; the consumer's
+    /// partitions are assigned by the roster from then on.
+    fn move_to_log(&mut self, reason: &'static str) -> Result<(), RunError> {
+        tracing::error!(
+            reason,
+            "the consumer group does not give every partition an owner on this broker (wedged: \
+             rejoins did not heal it; group: another member found that): the group moves to \
+             membership from the log, and this member leaves the consumer group"
+        );
+        counter!(m::MEMBERSHIP_MOVES, "reason" => reason).increment(1);
+        {
+            let mut c = self.core.lock().expect("lock");
+            c.health.set_ready(false);
+            c.superseded = false;
+            if let Err(e) = c.announce_log_membership() {
+                // The transaction is abortable; the next wedge announces it again.
+                c.abort_and_rewind(&self.consumer, &format!("announcing the move: {e:?}"))?;
+            }
+            c.dirty = true;
+            c.commit(&self.consumer)?;
+        }
+        self.watchdog = None;
+        self.consumer.unsubscribe();
+        let (consumer, idle) =
+            unsubscribed(&self.core, &self.k, self.input_partitions, &self.settings)?;
+        // The old consumer closes here, revoking what it held (the rebalance context commits
+        // and drops it).
+        self.consumer = consumer;
+        self.idle = idle;
+        self.roster = Some(start_roster(
+            &self.core,
+            &self.k,
+            &self.consumer,
+            &self.topics,
+        )?);
+        Ok(())
     }
 
     /// Whether, since a fallback, the broker has refused every eager join for longer than the
@@ -314,6 +392,18 @@ impl Membership {
         self.consumer.unsubscribe();
         result
     }
+}
+
+/// Starts the roster of this process over the partitions of `topics`.
+fn start_roster(
+    core: &Arc<Mutex<Core>>,
+    k: &KafkaSpec,
+    consumer: &BaseConsumer<RebalanceContext>,
+    topics: &[String],
+) -> Result<Roster, RunError> {
+    let token = core.lock().expect("lock").claims_token();
+    let parts = crate::kafka::admin::partitions_of(consumer, topics).map_err(RunError::Startup)?;
+    super::roster::start(k, token, parts)
 }
 
 /// A consumer created with `settings` and a rebalance context over `core`, not subscribed: its

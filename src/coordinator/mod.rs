@@ -88,7 +88,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use telemetry::{BatchOutcome, Counters};
-use watchdog::Watchdog;
 
 mod claims;
 mod cycle;
@@ -316,8 +315,8 @@ pub fn run(
         input_partitions,
         consumer_settings,
         topics.clone(),
+        owned_here,
     )?;
-    let watchdog = Watchdog::start(&k, topics.clone(), owned_here).ok();
     let poll = Duration::from_millis((k.commit_interval as u64 / 4).clamp(1, 50));
     // The second stage reads the repartition topic every few milliseconds (at once again while it
     // finds records); in between, the consumer hands over records without waiting, and waits at
@@ -327,7 +326,7 @@ pub fn run(
     let mut tail_busy = false;
     let mut result = Ok(());
     'run: while !shutdown.load(Ordering::Relaxed) {
-        if let Err(e) = member.rejoin_if_asked(watchdog.as_ref()) {
+        if let Err(e) = member.rejoin_if_asked() {
             result = Err(e);
             break 'run;
         }

@@ -33,7 +33,7 @@ use metrics::gauge;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -57,7 +57,8 @@ pub(super) type Held = Arc<Mutex<BTreeSet<(String, i32)>>>;
 
 /// The running watchdog; stops when dropped.
 pub(super) struct Watchdog {
-    rejoin: Arc<AtomicBool>,
+    /// The wedges in a row when a rejoin is asked for; 0 when none is.
+    rejoin: Arc<AtomicU32>,
     stop: Arc<AtomicBool>,
     /// How long (ms) a partition may stay without an owner.
     pub(super) bound_ms: i64,
@@ -98,7 +99,7 @@ impl Watchdog {
             .set("group.id", &k.application_id)
             .create()
             .map_err(|e| format!("creating the group watchdog's client: {e}"))?;
-        let rejoin = Arc::new(AtomicBool::new(false));
+        let rejoin = Arc::new(AtomicU32::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let group = k.application_id.clone();
         let bootstrap = k.bootstrap_servers.clone();
@@ -124,9 +125,11 @@ impl Watchdog {
         })
     }
 
-    /// Whether the watchdog asks for a rejoin (asked once per wedge).
-    pub(super) fn take_rejoin(&self) -> bool {
-        self.rejoin.swap(false, Ordering::AcqRel)
+    /// Whether the watchdog asks for a rejoin (asked once per wedge), and if so after how many
+    /// wedges in a row: the count goes back to zero when a look finds every partition owned, so
+    /// a count above one means the rejoins so far did not heal the group.
+    pub(super) fn take_rejoin(&self) -> Option<u32> {
+        Some(self.rejoin.swap(0, Ordering::AcqRel)).filter(|n| *n > 0)
     }
 }
 
@@ -142,12 +145,13 @@ struct Watched {
 }
 
 /// The watchdog thread's loop.
-fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicBool>, stop: Arc<AtomicBool>) {
+fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicU32>, stop: Arc<AtomicBool>) {
     let mut wedge = WedgeWatch::new(bound_ms);
     let mut blind_wedge = BlindWatch::new(bound_ms);
     let mut stalls = StallWatch::default();
     let mut peeker: Option<Peeker> = None;
     let mut said_blind = false;
+    let mut wedges_in_a_row = 0u32;
     let mut counts: Option<(std::time::Instant, BTreeMap<String, i32>)> = None;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(LOOK_EVERY);
@@ -195,11 +199,16 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicBool>, stop: Arc<AtomicBoo
                 (verdict, true)
             }
         };
-        if verdict == Verdict::Wedged {
-            if blind {
-                clear_phantom_leader(&w);
+        match verdict {
+            Verdict::Owned => wedges_in_a_row = 0,
+            Verdict::Waiting(_) => {}
+            Verdict::Wedged => {
+                if blind {
+                    clear_phantom_leader(&w);
+                }
+                wedges_in_a_row += 1;
+                rejoin.store(wedges_in_a_row, Ordering::Release);
             }
-            rejoin.store(true, Ordering::Release);
         }
     }
 }

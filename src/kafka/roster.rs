@@ -13,6 +13,19 @@ pub type TopicPartition = (String, i32);
 pub const HEARTBEAT_KEY: &[u8] = b"\0tidemark.member";
 /// The key of the record a process writes when it stops; its value is the process token.
 pub const LEAVE_KEY: &[u8] = b"\0tidemark.leave";
+/// The key of the record that moves a group from the broker's consumer group to membership from
+/// the log; its value is [`MOVE_VALUE`]. A member of a group whose coordinator stopped assigning
+/// partitions writes it (see `coordinator::membership`); every member that reads it, at start or
+/// while it runs, leaves the consumer group and follows the roster. The record stays: the group
+/// keeps membership from the log until the claims topic is recreated.
+pub const MOVE_KEY: &[u8] = b"\0tidemark.membership";
+/// The value of the record under [`MOVE_KEY`].
+pub const MOVE_VALUE: &[u8] = b"log";
+
+/// Whether a claims-topic record (key, value) moves the group to membership from the log.
+pub fn is_move_to_log(key: &[u8], value: &[u8]) -> bool {
+    key == MOVE_KEY && value == MOVE_VALUE
+}
 /// The partitions of `parts` that fall to `me` among `members` (process tokens): per topic, the
 /// partitions in order go round the members in token order. Every member computes it from its
 /// own view of who is live; `me` need not be among `members` (then it gets nothing).
@@ -212,6 +225,10 @@ mod tests {
             Some(("m2:9:cd".to_string(), false))
         );
         assert_eq!(token_of(b"\0tidemark.assignor", b"eager"), None);
+        assert_eq!(token_of(MOVE_KEY, MOVE_VALUE), None);
+        assert!(is_move_to_log(MOVE_KEY, MOVE_VALUE));
+        assert!(!is_move_to_log(MOVE_KEY, b"group"));
+        assert!(!is_move_to_log(HEARTBEAT_KEY, MOVE_VALUE));
         assert_eq!(token_of(b"in/3", b"garbage"), None);
     }
 }

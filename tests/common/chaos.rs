@@ -123,3 +123,23 @@ pub fn kill_loop(
     }
     out
 }
+
+/// Counts member log lines that contain `needle`.
+pub fn count_in_logs(dir: &Path, needle: &str) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| {
+            std::fs::read_to_string(e.path())
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains(needle))
+                .count()
+        })
+        .sum()
+}
+
+/// The line a member logs when it moves the group, or follows it, from the broker's consumer
+/// group to membership from the log.
+pub const MOVED: &str = "the group moves to membership from the log";

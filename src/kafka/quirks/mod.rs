@@ -265,16 +265,18 @@ pub const DEAD_MEMBERS_NOT_EVICTED: Quirk = Quirk {
                 few seconds: three members under 24 kills produced nothing for minutes, and \
                 plain librdkafka consumers showed the same.",
     seen_on: &[("noida", "0.2.3")],
-    remedy: "Membership from the log (kafka.membership = \"log\", kafka::members): \
-             members heartbeat into the claims topic and share the partitions by a rule every \
-             member computes, without the broker's group. Under group membership, the claims \
-             fence the overlapping assignments (nothing is committed twice), but progress \
-             depends on the broker. The PostgreSQL sink follows the same setting, with its own \
-             members topic (connect): under the broker's group, killed repeatedly on this \
-             broker, it stopped writing.",
+    remedy: "Membership from the log (kafka::members): members heartbeat into the claims \
+             topic and share the partitions by a rule every member computes, without the \
+             broker's group. A group under the broker's membership moves there by itself when \
+             the watchdog finds it wedged twice in a row (coordinator::membership); \
+             kafka.membership = \"log\" starts there. Until the move, the claims fence the \
+             overlapping assignments (nothing is committed twice). The PostgreSQL sink follows \
+             the setting, with its own members topic (connect), but does not move by itself: \
+             under the broker's group, killed repeatedly on this broker, it stopped writing.",
     shown_by: &[
         "kafka_quirks::a_member_that_dies_is_evicted_after_its_session_or_not",
         "kafka_group::members_sharing_partitions_through_the_log_join_leave_and_die_without_loss_or_duplicates",
+        "kafka_group::a_group_that_stays_wedged_moves_to_membership_from_the_log_and_finishes_the_input",
     ],
 };
 
