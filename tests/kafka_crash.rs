@@ -5,8 +5,10 @@
 //! expected value, and so is every dead letter. Judged from the raw log by `audit`. It runs with
 //! sliding windows (slices and derived cursors in the changelog), with sessions (stored by start,
 //! merging, with retractions), with late firings every 10 late elements on input heavy with late
-//! data (pending counts in the changelog, final panes at expiry), and with a global window per key
-//! firing every 25 elements and expiring idle keys.
+//! data (pending counts in the changelog, final panes at expiry), with a global window per key
+//! firing every 25 elements and expiring idle keys, and with sessions carrying every kind of
+//! aggregate state (exact sets and counts, both sketches, moments, first and last, duration)
+//! through kills, restores and session merges.
 
 mod common;
 
@@ -17,15 +19,77 @@ const PARTITIONS: i32 = 3;
 const SLIDING: &str = "type = \"sliding\"\nsize = \"2s\"\nslide = \"500ms\"";
 const SESSIONS: &str = "type = \"session\"\ngap = \"150ms\"";
 
-/// A pipeline's shape: the window section, the watermark's out-of-orderness, allowed lateness
-/// and the trigger section.
+/// A pipeline's shape: the window section, the watermark's out-of-orderness, allowed lateness,
+/// the trigger section and the aggregations.
 #[derive(Clone, Copy)]
 struct Shape {
     window: &'static str,
     out_of_orderness: &'static str,
     lateness: &'static str,
     trigger: &'static str,
+    aggregations: &'static str,
 }
+
+/// A count and a sum.
+const COUNT_AND_SUM: &str = r#"[[aggregations]]
+name = "n"
+op = "count"
+[[aggregations]]
+name = "total"
+op = "sum"
+field = "amount""#;
+
+/// Every operation whose state is not a count and a sum, over the records' `amount` (integers
+/// 0..49), `user` and `ts`.
+const EVERY_STATE: &str = r#"[[aggregations]]
+name = "n"
+op = "count"
+[[aggregations]]
+name = "distinct_amounts"
+op = "count_distinct"
+field = "amount"
+[[aggregations]]
+name = "approx_distinct"
+op = "approx_count_distinct"
+field = "amount"
+precision = 10
+[[aggregations]]
+name = "p90"
+op = "approx_percentile"
+field = "amount"
+q = 0.9
+[[aggregations]]
+name = "first_amount"
+op = "first"
+field = "amount"
+[[aggregations]]
+name = "last_amount"
+op = "last"
+field = "amount"
+[[aggregations]]
+name = "spread"
+op = "stddev_samp"
+field = "amount"
+[[aggregations]]
+name = "variance"
+op = "var_pop"
+field = "amount"
+[[aggregations]]
+name = "top"
+op = "top_k"
+field = "amount"
+k = 2
+[[aggregations]]
+name = "mean_amount"
+op = "mean"
+field = "amount"
+[[aggregations]]
+name = "lowest"
+op = "min"
+field = "amount"
+[[aggregations]]
+name = "span"
+op = "duration""#;
 
 const fn windowed(window: &'static str) -> Shape {
     Shape {
@@ -33,6 +97,7 @@ const fn windowed(window: &'static str) -> Shape {
         out_of_orderness: "300ms",
         lateness: "1s",
         trigger: "",
+        aggregations: COUNT_AND_SUM,
     }
 }
 
@@ -43,6 +108,7 @@ const LATE_COUNT: Shape = Shape {
     out_of_orderness: "0ms",
     lateness: "5s",
     trigger: "late_count = 10\naccumulation = \"discarding\"",
+    aggregations: COUNT_AND_SUM,
 };
 
 /// A global window per key: an EARLY pane every 25 elements, and a final pane 2 s of event time
@@ -52,6 +118,7 @@ const GLOBAL: Shape = Shape {
     out_of_orderness: "300ms",
     lateness: "0s",
     trigger: "early_count = 25",
+    aggregations: COUNT_AND_SUM,
 };
 
 fn config(broker: &str, state: &std::path::Path, shape: Shape) -> String {
@@ -60,6 +127,7 @@ fn config(broker: &str, state: &std::path::Path, shape: Shape) -> String {
         out_of_orderness,
         lateness,
         trigger,
+        aggregations,
     } = shape;
     format!(
         r#"
@@ -74,13 +142,7 @@ timestamp = "ts"
 max_out_of_orderness = "{out_of_orderness}"
 [trigger]
 {trigger}
-[[aggregations]]
-name = "n"
-op = "count"
-[[aggregations]]
-name = "total"
-op = "sum"
-field = "amount"
+{aggregations}
 [kafka]
 bootstrap_servers = "{broker}"
 application_id = "crash"
@@ -121,6 +183,15 @@ fn kill_9_never_loses_or_duplicates_late_count() {
         max_jitter_ms: 3_000,
     };
     kill_9_run(LATE_COUNT, late_heavy);
+}
+
+#[test]
+fn kill_9_never_loses_or_duplicates_sessions_with_every_kind_of_state() {
+    let shape = Shape {
+        aggregations: EVERY_STATE,
+        ..windowed(SESSIONS)
+    };
+    kill_9_run(shape, common::Shape::default());
 }
 
 #[test]
@@ -175,6 +246,28 @@ fn kill_9_run(window: Shape, shape: common::Shape) {
                 .filter(late)
                 .any(|p| !p.contains("\"count\":10,")),
             "no final LATE pane at expiry"
+        );
+    }
+    if window.aggregations == EVERY_STATE {
+        let names = [
+            "distinct_amounts",
+            "approx_distinct",
+            "p90",
+            "first_amount",
+            "last_amount",
+            "spread",
+            "variance",
+            "top",
+            "span",
+        ];
+        assert!(
+            scenario
+                .expected
+                .iter()
+                .any(|p| names.iter().all(|n| p.contains(&format!("\"{n}\":")))
+                    && p.contains("\"top\":[{")),
+            "no pane carries every aggregation: {:?}",
+            scenario.expected.first()
         );
     }
     if window.window.contains("global") {
