@@ -196,7 +196,7 @@ pub const EPOCH_BUMP_BEFORE_MARKERS: Quirk = Quirk {
     remedy: "Transactions are resolved per producer id and epoch; a newer epoch's record never \
              settles an older epoch's open records, only its own marker (or the transaction \
              timeout) does (kafka::raw_log).",
-    shown_by: &["kafka::raw_log::tests::a_re_initialised_producers_old_transaction_waits_for_its_own_marker"],
+    shown_by: &["kafka::raw_log::resolve::tests::a_re_initialised_producers_old_transaction_waits_for_its_own_marker"],
 };
 
 /// A group keeps the protocol it had after every member left.

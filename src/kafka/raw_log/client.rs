@@ -1,0 +1,233 @@
+//! The connection: a minimal blocking Kafka protocol client, the partition leaders found from the
+//! cluster's metadata, and connections to them opened on first use and again after an error.
+
+use super::*;
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::FetchRequest;
+use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
+use kafka_protocol::messages::{
+    ApiKey, FetchResponse, MetadataResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// A minimal blocking Kafka protocol client: one connection, one request at a time. Tidemark reads
+/// the raw log and the group's state through it; tests also speak the group protocol with it.
+pub struct RawClient {
+    addr: String,
+    stream: TcpStream,
+    correlation: i32,
+}
+
+impl RawClient {
+    /// Connects to the broker at `addr` (host:port); a reply must come within 30 s.
+    pub fn connect(addr: &str) -> Result<RawClient, RawLogError> {
+        let io = |source| RawLogError::Io {
+            addr: addr.to_string(),
+            source,
+        };
+        let stream = TcpStream::connect(addr).map_err(io)?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(io)?;
+        Ok(RawClient {
+            addr: addr.to_string(),
+            stream,
+            correlation: 0,
+        })
+    }
+
+    /// Sets how long a reply may take (a JoinGroup waits for the whole rebalance).
+    pub fn set_read_timeout(&mut self, timeout: Duration) -> Result<(), RawLogError> {
+        self.stream
+            .set_read_timeout(Some(timeout))
+            .map_err(|source| RawLogError::Io {
+                addr: self.addr.clone(),
+                source,
+            })
+    }
+
+    /// Sends one request of API `key` at `version` and waits for its response.
+    pub fn request<Req, Resp>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> Result<Resp, RawLogError>
+    where
+        Req: Encodable + HeaderVersion,
+        Resp: Decodable + HeaderVersion,
+    {
+        let proto = |e: anyhow::Error| RawLogError::Protocol(e.to_string());
+        self.correlation += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation)
+            .with_client_id(Some(StrBytes::from_static_str("tidemark-raw-log")));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, Req::header_version(version))
+            .map_err(proto)?;
+        req.encode(&mut body, version).map_err(proto)?;
+        let mut frame = BytesMut::with_capacity(body.len() + 4);
+        frame.put_i32(body.len() as i32);
+        frame.extend_from_slice(&body);
+        let addr = self.addr.clone();
+        let io = |source| RawLogError::Io {
+            addr: addr.clone(),
+            source,
+        };
+        self.stream.write_all(&frame).map_err(io)?;
+        let mut len = [0u8; 4];
+        self.stream.read_exact(&mut len).map_err(io)?;
+        let mut buf = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
+        self.stream.read_exact(&mut buf).map_err(io)?;
+        let mut buf = Bytes::from(buf);
+        let rh = ResponseHeader::decode(&mut buf, Resp::header_version(version)).map_err(proto)?;
+        if rh.correlation_id != self.correlation {
+            return Err(RawLogError::Protocol(format!(
+                "correlation id {} does not match request {}",
+                rh.correlation_id, self.correlation
+            )));
+        }
+        Resp::decode(&mut buf, version).map_err(proto)
+    }
+}
+
+/// Connects to the first bootstrap server.
+pub(crate) fn connect(bootstrap: &str) -> Result<RawClient, RawLogError> {
+    let addr = bootstrap.split(',').next().unwrap_or(bootstrap).trim();
+    RawClient::connect(addr.strip_prefix("PLAINTEXT://").unwrap_or(addr))
+}
+
+/// The partitions of `topic` and the address of each one's leader, from the cluster's metadata.
+pub(super) fn leaders(
+    client: &mut RawClient,
+    topic: &str,
+) -> Result<BTreeMap<i32, String>, RawLogError> {
+    let meta: MetadataResponse = client.request(
+        ApiKey::Metadata,
+        METADATA_VERSION,
+        &MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(topic.to_string()))))])),
+    )?;
+    let brokers: HashMap<i32, String> = meta
+        .brokers
+        .iter()
+        .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
+        .collect();
+    let mut out = BTreeMap::new();
+    for t in &meta.topics {
+        if t.error_code != 0 {
+            return Err(RawLogError::Broker {
+                code: t.error_code,
+                what: format!("metadata {topic}"),
+            });
+        }
+        for p in &t.partitions {
+            let addr = brokers
+                .get(&p.leader_id.0)
+                .cloned()
+                .ok_or_else(|| RawLogError::Broker {
+                    code: p.error_code,
+                    what: format!("no leader for {topic}/{}", p.partition_index),
+                })?;
+            out.insert(p.partition_index, addr);
+        }
+    }
+    Ok(out)
+}
+
+/// Connections to partition leaders, opened on first use.
+pub(super) struct Leaders {
+    clients: HashMap<String, RawClient>,
+}
+
+impl Leaders {
+    /// No connections yet.
+    pub(super) fn new() -> Leaders {
+        Leaders {
+            clients: HashMap::new(),
+        }
+    }
+
+    /// Drops the connection to `addr` (it is opened afresh on next use).
+    pub(super) fn forget(&mut self, addr: &str) {
+        self.clients.remove(addr);
+    }
+
+    /// The connection to `addr`, opened on first use.
+    pub(super) fn get(&mut self, addr: &str) -> Result<&mut RawClient, RawLogError> {
+        if !self.clients.contains_key(addr) {
+            self.clients
+                .insert(addr.to_string(), RawClient::connect(addr)?);
+        }
+        Ok(self.clients.get_mut(addr).expect("inserted"))
+    }
+
+    /// Sends `req` to the broker at `addr`. On an error the connection is dropped (it is opened
+    /// afresh next time); the caller forgets its leaders, which may have moved.
+    pub(super) fn fetch(
+        &mut self,
+        addr: &str,
+        req: &FetchRequest,
+    ) -> Result<FetchResponse, RawLogError> {
+        let result = self
+            .get(addr)
+            .and_then(|c| c.request(ApiKey::Fetch, FETCH_VERSION, req));
+        if result.is_err() {
+            self.clients.remove(addr);
+        }
+        result
+    }
+}
+
+/// The connection to the first bootstrap server, opened again after an error: a broker that
+/// restarted closed the old one, and a reader that kept it would fail for ever.
+pub(super) struct Bootstrap {
+    addr: String,
+    client: Option<RawClient>,
+}
+
+impl Bootstrap {
+    /// Connects at once, so that a wrong address fails where the reader is made.
+    pub(super) fn connect(bootstrap: &str) -> Result<Bootstrap, RawLogError> {
+        Ok(Bootstrap {
+            addr: bootstrap.to_string(),
+            client: Some(connect(bootstrap)?),
+        })
+    }
+
+    /// The topic's partitions and their leaders' addresses; on an error the connection is
+    /// dropped and opened afresh next time.
+    pub(super) fn leaders(&mut self, topic: &str) -> Result<BTreeMap<i32, String>, RawLogError> {
+        let client = match &mut self.client {
+            Some(c) => c,
+            None => self.client.insert(connect(&self.addr)?),
+        };
+        let result = leaders(client, topic);
+        if result.is_err() {
+            self.client = None;
+        }
+        result
+    }
+}
+
+/// A connection to the leader of partition `partition` of `topic`.
+pub(super) fn leader_of(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<RawClient, RawLogError> {
+    let mut client = connect(bootstrap)?;
+    let leaders = leaders(&mut client, topic)?;
+    let addr = leaders.get(&partition).ok_or_else(|| RawLogError::Broker {
+        code: 3,
+        what: format!("{topic} has no partition {partition}"),
+    })?;
+    RawClient::connect(addr)
+}

@@ -1,0 +1,236 @@
+//! The second stage's reader of the repartition topic: the committed records of many partitions,
+//! read side by side, with each partition's transactions resolved as they stream by.
+
+use super::client::*;
+use super::fetch::*;
+use super::resolve::*;
+use super::*;
+use bytes::Buf;
+use kafka_protocol::records::RecordBatchDecoder;
+use std::collections::BTreeMap;
+
+/// Follows several partitions of one topic as they grow, for a reader that polls all the time (the
+/// second stage of the repartition hop): one Fetch request per leader and poll for every followed
+/// partition, and a transaction resolver per partition kept from one poll to the next, so each
+/// record is fetched and decoded once. Committed records come out in offset order per partition.
+///
+/// A transaction with no marker yet holds back the records after it. One whose first record is
+/// older than the transaction timeout is given up as aborted (the broker aborts it; it can never
+/// commit), the rule a restore follows too, so a producer that died and never came back cannot
+/// stall a partition for ever.
+pub struct Tailer {
+    topic: String,
+    bootstrap: Bootstrap,
+    conns: Leaders,
+    /// Leader address per partition, asked afresh after an error.
+    leaders: BTreeMap<i32, String>,
+    parts: BTreeMap<i32, TailPart>,
+    transaction_timeout: i64,
+    /// Rotates the order of partitions in requests: some brokers fill a response from its first
+    /// partition on, which would starve the others while it has a backlog.
+    turn: usize,
+    /// Whether the last poll left a partition short of its high watermark.
+    behind: bool,
+}
+
+/// How long a fetch may wait when the last one left a partition behind. A broker may answer a
+/// fetch whose read takes longer than its wait with nothing at all
+/// ([`crate::kafka::quirks::FETCH_ANSWERED_BEFORE_READ`]), and reads of a backlog take longest: with a one-millisecond wait the second stage could starve for seconds behind a
+/// backlog. The wait costs nothing while data is there (the broker answers as soon as it has
+/// some).
+pub(super) const BEHIND_WAIT_MS: i32 = 50;
+
+/// One followed partition.
+pub(super) struct TailPart {
+    resolver: StreamResolver,
+    /// The offset of the next fetch.
+    fetch_offset: i64,
+    /// Whether the last fetch reached the partition's end (its high watermark): only then can
+    /// an open transaction be judged to have no marker coming.
+    at_end: bool,
+}
+
+impl std::fmt::Debug for Tailer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tailer")
+            .field("topic", &self.topic)
+            .field("partitions", &self.parts.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Tailer {
+    /// Connects to the first bootstrap server; transactions older than `transaction_timeout`
+    /// (ms) without a marker are given up as aborted.
+    pub fn connect(
+        bootstrap: &str,
+        topic: &str,
+        transaction_timeout: i64,
+    ) -> Result<Tailer, RawLogError> {
+        Ok(Tailer {
+            topic: topic.to_string(),
+            bootstrap: Bootstrap::connect(bootstrap)?,
+            conns: Leaders::new(),
+            leaders: BTreeMap::new(),
+            parts: BTreeMap::new(),
+            transaction_timeout,
+            turn: 0,
+            behind: false,
+        })
+    }
+
+    /// Follows partition `p` from offset `from`, forgetting what was read of it before.
+    pub fn follow(&mut self, p: i32, from: i64) {
+        self.parts.insert(
+            p,
+            TailPart {
+                resolver: StreamResolver::new(p, from),
+                fetch_offset: from,
+                at_end: false,
+            },
+        );
+    }
+
+    /// Stops following partition `p`.
+    pub fn unfollow(&mut self, p: i32) {
+        self.parts.remove(&p);
+    }
+
+    /// Whether any partition is followed.
+    pub fn is_idle(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    /// Whether the last poll left a partition short of its high watermark: there is more to
+    /// read at once.
+    pub fn is_behind(&self) -> bool {
+        self.behind
+    }
+
+    /// Fetches every followed partition once, waiting at most `max_wait_ms` for data, and hands
+    /// each committed record, resolved, to `emit`. Returns how many records were fetched (control
+    /// records and records still in open transactions included).
+    pub fn poll(
+        &mut self,
+        max_wait_ms: i32,
+        mut emit: impl FnMut(RawRecord),
+    ) -> Result<usize, RawLogError> {
+        if self.parts.is_empty() {
+            return Ok(0);
+        }
+        if self.parts.keys().any(|p| !self.leaders.contains_key(p)) {
+            self.leaders = self.bootstrap.leaders(&self.topic)?;
+        }
+        let mut by_leader: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
+        for (&p, part) in &self.parts {
+            let addr = self.leaders.get(&p).ok_or_else(|| RawLogError::Broker {
+                code: 3,
+                what: format!("{} has no partition {p}", self.topic),
+            })?;
+            by_leader
+                .entry(addr.clone())
+                .or_default()
+                .push((p, part.fetch_offset));
+        }
+        self.turn = self.turn.wrapping_add(1);
+        let max_wait_ms = if self.behind {
+            max_wait_ms.max(BEHIND_WAIT_MS)
+        } else {
+            max_wait_ms
+        };
+        self.behind = false;
+        let mut fetched = 0;
+        let ok = |_: ()| Ok::<(), std::convert::Infallible>(());
+        for (addr, mut wanted) in by_leader {
+            let n = wanted.len();
+            wanted.rotate_left(self.turn % n);
+            let req = fetch_request(
+                &self.topic,
+                &wanted,
+                FetchLimits {
+                    isolation: 0,
+                    // A fetch that may not wait may be answered with nothing at all
+                    // (quirks::FETCH_ANSWERED_BEFORE_READ): wait at least a millisecond.
+                    max_wait_ms: max_wait_ms.max(1),
+                    min_bytes: 1,
+                    max_bytes: 16 << 20,
+                    partition_max_bytes: 4 << 20,
+                },
+            );
+            let resp = match self.conns.fetch(&addr, &req) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.leaders.clear();
+                    return Err(e);
+                }
+            };
+            if resp.error_code != 0 {
+                self.leaders.clear();
+                return Err(RawLogError::Broker {
+                    code: resp.error_code,
+                    what: format!("fetch {}", self.topic),
+                });
+            }
+            for t in resp.responses {
+                for fp in t.partitions {
+                    let p = fp.partition_index;
+                    let Some(part) = self.parts.get_mut(&p) else {
+                        continue;
+                    };
+                    if fp.error_code != 0 {
+                        self.leaders.clear();
+                        return Err(RawLogError::Broker {
+                            code: fp.error_code,
+                            what: format!("fetch {}/{p}@{}", self.topic, part.fetch_offset),
+                        });
+                    }
+                    if let Some(mut bytes) = fp.records {
+                        while bytes.has_remaining() {
+                            let set = RecordBatchDecoder::decode(&mut bytes)
+                                .map_err(|e| RawLogError::Protocol(format!("record batch: {e}")))?;
+                            for r in set.records {
+                                if r.offset >= part.fetch_offset {
+                                    part.fetch_offset = r.offset + 1;
+                                    fetched += 1;
+                                    part.resolver
+                                        .push(r, &mut |rec| {
+                                            emit(rec);
+                                            ok(())
+                                        })
+                                        .expect("infallible");
+                                }
+                            }
+                        }
+                    }
+                    part.at_end = part.fetch_offset >= fp.high_watermark;
+                    self.behind |= !part.at_end;
+                }
+            }
+        }
+        let before = crate::clock::wall_ms().saturating_sub(self.transaction_timeout);
+        for (p, part) in &mut self.parts {
+            if !part.at_end {
+                // A marker may still be on its way in the part of the log not read yet.
+                continue;
+            }
+            let given_up = part
+                .resolver
+                .abort_older_than(before, &mut |rec| {
+                    emit(rec);
+                    ok(())
+                })
+                .expect("infallible");
+            if given_up > 0 {
+                tracing::warn!(
+                    topic = self.topic,
+                    partition = p,
+                    transactions = given_up,
+                    "transactions older than the transaction timeout never resolved: treated as aborted"
+                );
+            }
+            // Only the counts of a restore need them.
+            part.resolver.forget_aborted();
+        }
+        Ok(fetched)
+    }
+}
