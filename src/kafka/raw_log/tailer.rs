@@ -48,6 +48,67 @@ pub(super) struct TailPart {
     /// Whether the last fetch reached the partition's end (its high watermark): only then can
     /// an open transaction be judged to have no marker coming.
     at_end: bool,
+    /// A hole an answer showed at `fetch_offset`, and since when the reads have waited at it.
+    hole: Option<(i64, std::time::Instant)>,
+}
+
+/// How long a partition's reads wait at a hole in fetch answers before they go past it.
+const HOLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl TailPart {
+    /// Takes note of a record at `offset` read where a hole was: the append filled it.
+    fn filled_hole(&mut self, topic: &str, partition: i32, offset: i64) {
+        if let Some((at, since)) = self.hole {
+            if at == offset {
+                tracing::warn!(
+                    topic,
+                    partition,
+                    offset,
+                    waited_ms = since.elapsed().as_millis() as u64,
+                    "the hole in the log filled: an append became visible after a later one"
+                );
+                self.hole = None;
+            }
+        }
+    }
+
+    /// Whether the reads go past a hole: an answer to a fetch at `fetch_offset` begins at `got`.
+    ///
+    /// Kafka's log has no holes outside compacted topics (every offset holds a data or a control
+    /// record, and an append is visible only after every earlier one), so a hole means an
+    /// append still being written, answered past: reading on would lose it for good. The reads
+    /// stay at the hole and fetch again, for up to [`HOLE_WAIT`]; a hole that lasts longer is in
+    /// the log itself, and the reads go past it. Both are logged.
+    fn past_hole(&mut self, topic: &str, partition: i32, got: i64) -> bool {
+        match self.hole {
+            Some((at, since)) if at == self.fetch_offset => {
+                if since.elapsed() < HOLE_WAIT {
+                    return false;
+                }
+                tracing::warn!(
+                    topic,
+                    partition,
+                    expected = at,
+                    got,
+                    waited_ms = since.elapsed().as_millis() as u64,
+                    "the hole in the log did not fill: reading on past it"
+                );
+                self.hole = None;
+                true
+            }
+            _ => {
+                tracing::warn!(
+                    topic,
+                    partition,
+                    expected = self.fetch_offset,
+                    got,
+                    "a fetch answer skipped offsets of the log: reading again from the hole"
+                );
+                self.hole = Some((self.fetch_offset, std::time::Instant::now()));
+                false
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Tailer {
@@ -87,6 +148,7 @@ impl Tailer {
                 resolver: StreamResolver::new(p, from),
                 fetch_offset: from,
                 at_end: false,
+                hole: None,
             },
         );
     }
@@ -185,20 +247,27 @@ impl Tailer {
                         });
                     }
                     if let Some(mut bytes) = fp.records {
-                        while bytes.has_remaining() {
+                        'batches: while bytes.has_remaining() {
                             let set = RecordBatchDecoder::decode(&mut bytes)
                                 .map_err(|e| RawLogError::Protocol(format!("record batch: {e}")))?;
                             for r in set.records {
-                                if r.offset >= part.fetch_offset {
-                                    part.fetch_offset = r.offset + 1;
-                                    fetched += 1;
-                                    part.resolver
-                                        .push(r, &mut |rec| {
-                                            emit(rec);
-                                            ok(())
-                                        })
-                                        .expect("infallible");
+                                if r.offset < part.fetch_offset {
+                                    continue;
                                 }
+                                if r.offset > part.fetch_offset
+                                    && !part.past_hole(&self.topic, p, r.offset)
+                                {
+                                    break 'batches;
+                                }
+                                part.filled_hole(&self.topic, p, r.offset);
+                                part.fetch_offset = r.offset + 1;
+                                fetched += 1;
+                                part.resolver
+                                    .push(r, &mut |rec| {
+                                        emit(rec);
+                                        ok(())
+                                    })
+                                    .expect("infallible");
                             }
                         }
                     }
@@ -232,5 +301,46 @@ impl Tailer {
             part.resolver.forget_aborted();
         }
         Ok(fetched)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part_at(offset: i64) -> TailPart {
+        TailPart {
+            resolver: StreamResolver::new(0, offset),
+            fetch_offset: offset,
+            at_end: false,
+            hole: None,
+        }
+    }
+
+    #[test]
+    fn reads_wait_at_a_hole_until_it_fills() {
+        let mut part = part_at(10);
+        // An answer to a fetch at 10 begins at 12: wait, and again on the next answer.
+        assert!(!part.past_hole("t", 0, 12));
+        assert!(!part.past_hole("t", 0, 12));
+        // The append at 10 becomes visible: the hole is forgotten.
+        part.filled_hole("t", 0, 10);
+        assert!(part.hole.is_none());
+        part.fetch_offset = 11;
+        // A new hole further on is waited at afresh.
+        assert!(!part.past_hole("t", 0, 15));
+        assert_eq!(part.hole.map(|(at, _)| at), Some(11));
+    }
+
+    #[test]
+    fn reads_go_past_a_hole_that_lasts_longer_than_the_wait() {
+        let mut part = part_at(10);
+        assert!(!part.past_hole("t", 0, 12));
+        let since = std::time::Instant::now()
+            .checked_sub(HOLE_WAIT)
+            .expect("a monotonic clock this far from its start");
+        part.hole = Some((10, since));
+        assert!(part.past_hole("t", 0, 12));
+        assert!(part.hole.is_none());
     }
 }
