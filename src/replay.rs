@@ -257,19 +257,6 @@ fn log_members(k: &KafkaSpec) -> Result<Vec<String>, ReplayError> {
         .collect())
 }
 
-/// Whether the claims topic says the group moved to membership from the log (false when it
-/// cannot be read: a pipeline that never ran has no claims topic).
-fn moved_to_log(k: &KafkaSpec) -> bool {
-    crate::kafka::raw_log::read_partition(&k.bootstrap_servers, &k.claims_topic, 0, 0).is_ok_and(
-        |log| {
-            log.committed.iter().any(|r| {
-                let (key, value, _) = crate::kafka::roster::parts_of(r);
-                crate::kafka::roster::is_move_to_log(key, value)
-            })
-        },
-    )
-}
-
 /// When stopped members of a pipeline with these settings leave its group.
 fn why_members_stay(k: &KafkaSpec) -> String {
     let session = k
@@ -299,7 +286,10 @@ fn check_group_is_empty(
     loop {
         // A group that moved to membership from the log by itself (its consumer group stopped
         // assigning) has its members in the claims topic.
-        let members = if k.log_membership || moved_to_log(k) {
+        let members = if k.log_membership
+            || crate::kafka::members::GroupDecisions::read(&k.bootstrap_servers, &k.claims_topic)
+                .log_membership
+        {
             log_members(k)?
         } else {
             group_members(consumer, group)?

@@ -319,6 +319,67 @@ fn kill_9s_of_sink_and_member_and_a_database_restart_leave_the_table_exact() {
     kill9(&mut sink);
 }
 
+/// A pipeline's group that moved to membership from the log (its broker's group coordinator
+/// stopped assigning partitions) takes its sinks along: two sink members in the broker's group
+/// read the move record from the pipeline's claims topic, leave their group and share the
+/// partitions through a roster, and the table still ends exact.
+#[test]
+fn sinks_follow_their_pipeline_to_membership_from_the_log() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let broker = Broker::start();
+    broker.create_topic("events", PARTITIONS);
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &broker.addr, &pg);
+    let s = Scenario::generate(PARTITIONS, 3_000, 23);
+    // Half the input before the move, half after.
+    let producing = s.produce(&broker.addr, 250, Duration::from_millis(700));
+    let member = start_member(&cfg);
+    let logs = [dir.path().join("sink1.log"), dir.path().join("sink2.log")];
+    let mut sinks: Vec<Child> = logs
+        .iter()
+        .map(|log| start_logged("sink-postgres", &cfg, log))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while table(&pg).is_empty() {
+        assert!(Instant::now() < deadline, "no rows within 60 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &broker.addr)
+        .create()
+        .unwrap();
+    producer
+        .send(
+            BaseRecord::to("scn-claims")
+                .partition(0)
+                .key(tidemark::kafka::roster::MOVE_KEY)
+                .payload(tidemark::kafka::roster::MOVE_VALUE),
+        )
+        .unwrap();
+    producer.flush(Duration::from_secs(10)).unwrap();
+    for log in &logs {
+        wait_for_log(log, "the sink leaves its consumer group", 1, 60);
+    }
+    producing.join().unwrap();
+    // The roster shares the partitions: each sink has some.
+    for log in &logs {
+        wait_for_log(
+            log,
+            "membership from the log: this member's partitions",
+            1,
+            60,
+        );
+    }
+    wait_for_table(&pg, &expected_table(&s.expected, 0), 120);
+    assert_table_matches_reference(&pg, &s);
+    assert!(stop_member(member).success());
+    for sink in &mut sinks {
+        signal(sink.id(), "TERM");
+        assert!(sink.wait().unwrap().success());
+    }
+}
+
 #[test]
 fn a_table_with_other_columns_is_refused_naming_the_difference() {
     let broker = Broker::start();

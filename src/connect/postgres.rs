@@ -408,9 +408,28 @@ fn connect(url: &str, shutdown: &AtomicBool) -> Option<postgres::Client> {
     None
 }
 
+/// The advisory lock the sink's members hold while they create or check tables: PostgreSQL's
+/// `CREATE TABLE IF NOT EXISTS` is not safe against a concurrent one (the loser fails on the
+/// type's unique index), and the members of a sink start together.
+const TABLES_LOCK: i64 = 0x7469_6465_6d61_726b; // "tidemark"
+
 /// Creates (or checks) the offsets and panes tables for `aggregations`: what the sink does at
-/// start, for benchmarks and tools.
+/// start, for benchmarks and tools. Members starting together take turns.
 pub fn ensure_tables(
+    db: &mut postgres::Client,
+    spec: &PostgresSpec,
+    aggregations: &[AggSpec],
+) -> Result<(), SinkError> {
+    let schema = |what: &str, e: postgres::Error| SinkError::Schema(format!("{what}: {e}"));
+    db.execute("SELECT pg_advisory_lock($1)", &[&TABLES_LOCK])
+        .map_err(|e| schema("locking for the table check", e))?;
+    let ensured = ensure_tables_locked(db, spec, aggregations);
+    db.execute("SELECT pg_advisory_unlock($1)", &[&TABLES_LOCK])
+        .map_err(|e| schema("unlocking after the table check", e))?;
+    ensured
+}
+
+fn ensure_tables_locked(
     db: &mut postgres::Client,
     spec: &PostgresSpec,
     aggregations: &[AggSpec],

@@ -1,25 +1,49 @@
 //! How a sink's members share the partitions they read: the broker's consumer group, or
 //! membership from the log in a topic of the sink's own.
+//!
+//! A sink runs against the same broker as its pipeline, so it follows the decisions the
+//! pipeline's group recorded in its claims topic ([`GroupDecisions`]): when the pipeline's
+//! members gave up the cooperative rebalance protocol, the sink's consumer joins with the eager
+//! one; when they left the broker's consumer group for membership from the log (its coordinator
+//! stopped assigning partitions), the sink does too, at start or within [`LOOK_AT_CLAIMS_EVERY`]
+//! while it runs. Moving is safe at any moment: the sink's writes are idempotent and its
+//! positions live in the database, so a partition read by two members for a while is written
+//! once.
 
 use super::{SinkError, TopicPartition};
 use crate::config::KafkaSpec;
 use crate::kafka::admin::{create_topics, partitions_of};
-use crate::kafka::members::Roster;
+use crate::kafka::assignor;
+use crate::kafka::members::{GroupDecisions, Roster};
+use crate::metrics as m;
+use metrics::counter;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How a sink's members share the partitions they read.
-pub(super) enum Share {
+pub(super) struct Share {
+    k: KafkaSpec,
+    group: String,
+    topics: Vec<String>,
+    how: How,
+}
+
+/// The two ways of sharing.
+enum How {
     /// The broker's consumer group `<application_id>-<sink>`; the consumer only keeps the
-    /// membership (its partitions stay paused: records are read from the raw log).
-    Group(BaseConsumer),
+    /// membership (its partitions stay paused: records are read from the raw log). `looked` is
+    /// when the pipeline's claims topic was last read for its group's decisions.
+    Group {
+        consumer: BaseConsumer,
+        looked: Instant,
+    },
     /// Membership from the log, in the topic `<application_id>-<sink>-members`.
     Log(Box<LogShare>),
 }
 
 /// A sink member's state under membership from the log.
-pub(super) struct LogShare {
+struct LogShare {
     roster: Roster,
     /// What the roster last said is this member's.
     mine: BTreeSet<TopicPartition>,
@@ -27,63 +51,128 @@ pub(super) struct LogShare {
     /// output topic, so the partitions are looked up again until there are some, and then now
     /// and then.
     consumer: BaseConsumer,
-    topics: Vec<String>,
     parts: Vec<TopicPartition>,
-    looked: std::time::Instant,
+    looked: Instant,
 }
 
 /// How often a sink under membership from the log looks up its topics' partitions again.
 const PARTITIONS_EVERY: Duration = Duration::from_secs(10);
 
+/// How often a sink in the broker's consumer group reads its pipeline's claims topic for the
+/// group's decisions.
+pub(super) const LOOK_AT_CLAIMS_EVERY: Duration = Duration::from_secs(5);
+
+fn startup(what: &str, e: impl std::fmt::Display) -> SinkError {
+    SinkError::Startup(format!("{what}: {e}"))
+}
+
 impl Share {
-    /// Joins the sink's group `group` over `topics`.
+    /// Joins the sink's group `group` over `topics`: the broker's consumer group, or membership
+    /// from the log when the pipeline is configured with it or its group moved to it.
     pub(super) fn start(k: &KafkaSpec, group: &str, topics: &[String]) -> Result<Share, SinkError> {
-        let startup = |what: &str, e: String| SinkError::Startup(format!("{what}: {e}"));
-        let consumer: BaseConsumer = crate::source::base_config(k)
+        let decided = GroupDecisions::read(&k.bootstrap_servers, &k.claims_topic);
+        let mut settings = crate::source::base_config(k);
+        settings
             .set("group.id", group)
-            .set("enable.auto.commit", "false")
-            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("enable.auto.commit", "false");
+        if decided.eager || !k.properties.contains_key("partition.assignment.strategy") {
+            let strategy = if decided.eager {
+                assignor::EAGER_FALLBACK
+            } else {
+                assignor::DEFAULT_STRATEGY
+            };
+            settings.set("partition.assignment.strategy", strategy);
+        }
+        let consumer: BaseConsumer = settings
             .create()
-            .map_err(|e| startup("creating the consumer", e.to_string()))?;
-        if !k.log_membership {
+            .map_err(|e| startup("creating the consumer", e))?;
+        let mut share = Share {
+            k: k.clone(),
+            group: group.to_string(),
+            topics: topics.to_vec(),
+            how: How::Group {
+                consumer,
+                looked: Instant::now(),
+            },
+        };
+        if k.log_membership || decided.log_membership {
+            if decided.log_membership && !k.log_membership {
+                tracing::warn!(
+                    "the pipeline's claims topic says its group moved to membership from the \
+                     log (its consumer group stopped assigning partitions): the sink joins no \
+                     consumer group either"
+                );
+            }
+            share.move_to_log()?;
+        } else {
+            let How::Group { consumer, .. } = &share.how else {
+                unreachable!("made above");
+            };
             let names: Vec<&str> = topics.iter().map(String::as_str).collect();
             consumer
                 .subscribe(&names)
-                .map_err(|e| startup("subscribing", e.to_string()))?;
-            return Ok(Share::Group(consumer));
+                .map_err(|e| startup("subscribing", e))?;
         }
-        let parts = partitions_of(&consumer, topics).map_err(|e| startup("startup", e))?;
-        let members = format!("{group}-members");
-        create_topic(k, &members)?;
+        Ok(share)
+    }
+
+    /// Replaces the consumer group by membership from the log. The group's consumer is closed
+    /// (it leaves the group); a new one, which joins no group, reads partition counts.
+    fn move_to_log(&mut self) -> Result<(), SinkError> {
+        let consumer: BaseConsumer = crate::source::base_config(&self.k)
+            .create()
+            .map_err(|e| startup("creating the consumer", e))?;
+        let parts = partitions_of(&consumer, &self.topics).map_err(|e| startup("startup", e))?;
+        let members = format!("{}-members", self.group);
+        create_topic(&self.k, &members)?;
         let wall = crate::clock::wall_ms();
         let token = format!(
             "{}.{}.{wall}",
-            k.instance_id.replace(' ', "_"),
+            self.k.instance_id.replace(' ', "_"),
             std::process::id()
         );
         let roster = Roster::start(
-            crate::source::base_config(k),
-            &k.bootstrap_servers,
+            crate::source::base_config(&self.k),
+            &self.k.bootstrap_servers,
             &members,
             token,
             parts.clone(),
-            crate::kafka::roster::session(&k.properties),
+            crate::kafka::roster::session(&self.k.properties),
         )
-        .map_err(|e| startup("membership from the log", e.to_string()))?;
-        Ok(Share::Log(Box::new(LogShare {
+        .map_err(|e| startup("membership from the log", e))?;
+        self.how = How::Log(Box::new(LogShare {
             roster,
             mine: BTreeSet::new(),
             consumer,
-            topics: topics.to_vec(),
             parts,
-            looked: std::time::Instant::now(),
-        })))
+            looked: Instant::now(),
+        }));
+        Ok(())
     }
 
     /// The partitions that are this member's now, after waiting up to `wait` for news.
     pub(super) fn assigned(&mut self, wait: Duration) -> BTreeSet<TopicPartition> {
-        match self {
-            Share::Group(consumer) => {
+        if let How::Group { looked, .. } = &mut self.how {
+            if looked.elapsed() >= LOOK_AT_CLAIMS_EVERY {
+                *looked = Instant::now();
+                let decided = GroupDecisions::read(&self.k.bootstrap_servers, &self.k.claims_topic);
+                if decided.log_membership {
+                    tracing::warn!(
+                        "the pipeline's group moved to membership from the log (its consumer \
+                         group stopped assigning partitions): the sink leaves its consumer group \
+                         and follows a roster too"
+                    );
+                    match self.move_to_log() {
+                        Ok(()) => {
+                            counter!(m::MEMBERSHIP_MOVES, "reason" => "group").increment(1);
+                        }
+                        Err(e) => tracing::warn!("moving to membership from the log: {e}"),
+                    }
+                }
+            }
+        }
+        match &mut self.how {
+            How::Group { consumer, .. } => {
                 if let Some(Err(e)) = consumer.poll(wait) {
                     tracing::warn!("consumer: {e}");
                 }
@@ -95,7 +184,7 @@ impl Share {
                     .map(|e| (e.topic().to_string(), e.partition()))
                     .collect()
             }
-            Share::Log(log) => {
+            How::Log(log) => {
                 std::thread::sleep(wait);
                 let every = if log.parts.is_empty() {
                     Duration::from_secs(1)
@@ -103,8 +192,8 @@ impl Share {
                     PARTITIONS_EVERY
                 };
                 if log.looked.elapsed() >= every {
-                    log.looked = std::time::Instant::now();
-                    match partitions_of(&log.consumer, &log.topics) {
+                    log.looked = Instant::now();
+                    match partitions_of(&log.consumer, &self.topics) {
                         Ok(parts) if parts != log.parts => {
                             tracing::info!(
                                 partitions = parts.len(),
@@ -130,7 +219,7 @@ impl Share {
 
     /// Says this member is leaving, so the others take its partitions at once.
     pub(super) fn leave(&mut self) {
-        if let Share::Log(log) = self {
+        if let How::Log(log) = &mut self.how {
             log.roster.leave();
         }
     }

@@ -151,3 +151,34 @@ impl Roster {
         }
     }
 }
+
+/// What a pipeline's group decided for every member, as its claims topic records it: the eager
+/// rebalance protocol ([`super::assignor::FALLBACK_KEY`]), membership from the log
+/// ([`super::roster::MOVE_KEY`]). A sink of the pipeline follows the same decisions: it runs
+/// against the same broker, whose group coordinator the pipeline's members found wanting.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct GroupDecisions {
+    /// The group gave up the cooperative rebalance protocol.
+    pub eager: bool,
+    /// The group left the broker's consumer group for membership from the log.
+    pub log_membership: bool,
+}
+
+impl GroupDecisions {
+    /// Reads the decisions from partition 0 of `claims_topic` (where members write them). A
+    /// topic that cannot be read (it may not exist yet) has decided nothing.
+    pub fn read(bootstrap: &str, claims_topic: &str) -> GroupDecisions {
+        let Ok(log) = super::raw_log::read_partition(bootstrap, claims_topic, 0, 0) else {
+            return GroupDecisions::default();
+        };
+        log.committed
+            .iter()
+            .map(parts_of)
+            .fold(GroupDecisions::default(), |d, (key, value, _)| {
+                GroupDecisions {
+                    eager: d.eager || super::assignor::is_fallback(key, value),
+                    log_membership: d.log_membership || super::roster::is_move_to_log(key, value),
+                }
+            })
+    }
+}

@@ -543,8 +543,13 @@ pub fn start_tidemark(command: &str, cfg: &std::path::Path) -> Child {
 
 /// Starts `tidemark run --config CFG` logging at info level into `log`.
 pub fn start_member_logged(cfg: &std::path::Path, log: &std::path::Path) -> Child {
+    start_logged("run", cfg, log)
+}
+
+/// Starts `tidemark COMMAND --config CFG` logging at info level into `log`.
+pub fn start_logged(command: &str, cfg: &std::path::Path, log: &std::path::Path) -> Child {
     let file = std::fs::File::create(log).unwrap();
-    tidemark_command("run", cfg, &[])
+    tidemark_command(command, cfg, &[])
         .env("TIDEMARK_LOG", "info")
         .stderr(file)
         .spawn()
