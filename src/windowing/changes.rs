@@ -88,3 +88,31 @@ impl Changes {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The integer prefixes only speed the sort up: the order is the keys' bytewise order,
+        /// also for keys that are prefixes of each other or end in zero bytes.
+        #[test]
+        fn changes_sort_in_bytewise_key_order(
+            keys in proptest::collection::vec(
+                proptest::collection::vec(prop_oneof![Just(0u8), Just(1u8), any::<u8>()], 0..40),
+                0..60,
+            )
+        ) {
+            let mut c = Changes::default();
+            for k in &keys {
+                c.push(|out| out.extend_from_slice(k), None::<fn(&mut Vec<u8>)>);
+            }
+            c.sort();
+            let got: Vec<Vec<u8>> = c.iter().map(|(k, _)| k.to_vec()).collect();
+            let mut want = keys.clone();
+            want.sort();
+            prop_assert_eq!(got, want);
+        }
+    }
+}
