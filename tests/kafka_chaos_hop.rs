@@ -144,6 +144,8 @@ fn the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once(
         .sum();
     let failed_exits = statuses.iter().filter(|s| !s.success()).count();
     let moves = chaos::count_in_logs(dir.path(), chaos::MOVED);
+    let holes = chaos::count_in_logs(dir.path(), chaos::HOLE);
+    let unfilled = chaos::count_in_logs(dir.path(), chaos::HOLE_UNFILLED);
     let late = got.dead.keys().filter(|d| d.3 == "late").count();
     let malformed = got.dead.keys().filter(|d| d.3 == "malformed").count();
     let pass = problems.is_empty()
@@ -155,7 +157,7 @@ fn the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once(
         eprintln!("problem: {p}");
     }
     println!(
-        "chaos-hop: seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={input} panes={} problems={} dead_letters={} (late {late}, malformed {malformed}) open_txn_records={open} membership_moves={moves} failed_exits={failed_exits} result={}",
+        "chaos-hop: seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={input} panes={} problems={} dead_letters={} (late {late}, malformed {malformed}) open_txn_records={open} membership_moves={moves} holes={holes} (unfilled {unfilled}) failed_exits={failed_exits} result={}",
         got.panes.len(),
         problems.len(),
         got.dead.len(),

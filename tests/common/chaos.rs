@@ -143,3 +143,9 @@ pub fn count_in_logs(dir: &Path, needle: &str) -> usize {
 /// The line a member logs when it moves the group, or follows it, from the broker's consumer
 /// group to membership from the log.
 pub const MOVED: &str = "the group moves to membership from the log";
+
+/// The line the repartition reader logs when a fetch answer skipped offsets of the log.
+pub const HOLE: &str = "a fetch answer skipped offsets of the log";
+
+/// The line the repartition reader logs when it gave up waiting at a hole.
+pub const HOLE_UNFILLED: &str = "the hole in the log did not fill";
