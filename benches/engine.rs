@@ -23,7 +23,7 @@
 use std::process::Command;
 use std::time::Instant;
 use tidemark::config::parse_raw;
-use tidemark::record::Event;
+use tidemark::input::Event;
 use tidemark::state::store::StateStore;
 use tidemark::windowing::engine::{Engine, Layout};
 use tidemark::windowing::watermark::WatermarkTracker;
@@ -276,7 +276,7 @@ fn run_one(sc: &Scenario) {
     let mut flushed_entries: u64 = 0;
     let decoder = sc
         .input
-        .map(|_| tidemark::record::JsonDecoder::new(spec.input.clone()));
+        .map(|_| tidemark::input::JsonDecoder::new(spec.input.clone()));
     let mut line = String::new();
     let mut user = String::new();
     const COUNTRIES: [&str; 4] = ["DE", "Fr", "us", "JP"];
@@ -305,7 +305,7 @@ fn run_one(sc: &Scenario) {
                     COUNTRIES[(k % 4) as usize]
                 );
                 ev = d
-                    .decode(line.as_bytes(), tidemark::record::Meta::default())
+                    .decode(line.as_bytes(), tidemark::input::Meta::default())
                     .unwrap()
                     .expect("the filter keeps every record");
             }

@@ -8,10 +8,11 @@
 //! * [`produce`] — `tidemark produce`: a clickstream load generator.
 //! * [`expr`] — SQL expressions over one input record (parsed with `sqlparser`, compiled once to
 //!   field slots): the filter, the key parts, the event time and the aggregations' inputs.
-//! * [`record`] — what a pipeline reads from each record ([`record::InputSpec`]: filter, key,
-//!   time, inputs) and decoding JSON records into the core's [`windowing::spec::Event`].
-//! * [`avro`] — Avro input: decoding with reader schemas and evolution, plain and Confluent
-//!   framing, and the Schema Registry client.
+//! * [`input`] — one home for reading input records: what a pipeline reads from each record
+//!   ([`input::InputSpec`]: filter, key, time, inputs), the JSON decoder, the Avro decoder
+//!   ([`input::avro`]: reader schemas and evolution, plain and Confluent framing, the Schema
+//!   Registry client) and the one entry point the record step calls ([`input::decode`]), into
+//!   the core's [`windowing::spec::Event`].
 //! * [`windowing`] — the pure, deterministic core: time arithmetic, window assigners, watermarks,
 //!   triggers, mergeable aggregates, the saved state format, the typed state cache and the
 //!   [`windowing::engine::Engine`]
@@ -42,7 +43,7 @@
 //! * [`audit`] — `tidemark audit`: checks a topic's committed panes for duplicates and gaps, and
 //!   dead letters for repeats.
 //! * [`tail`] — `tidemark tail`: committed panes of an output topic as an aligned live table.
-//! * [`source`] — consumer and producer settings, and decoding input records (JSON or Avro);
+//! * [`clients`] — the Kafka consumer's and transactional producer's settings;
 //!   [`coordinator`] — `tidemark run`: the group member's loop, the repartition hop's two stages,
 //!   restore and rebalance, and the commit cycle (the only place where offsets, output and state
 //!   become durable), in rooms.
@@ -59,8 +60,8 @@
 #![warn(missing_docs)]
 
 pub mod audit;
-pub mod avro;
 pub mod cli;
+pub mod clients;
 pub mod clock;
 pub mod config;
 pub mod connect;
@@ -68,14 +69,13 @@ pub mod coordinator;
 pub mod expr;
 pub mod format;
 pub mod http;
+pub mod input;
 pub mod kafka;
 pub mod metrics;
 pub mod pipeline;
 pub mod produce;
-pub mod record;
 pub mod replay;
 pub mod simulate;
-pub mod source;
 pub mod state;
 pub mod tail;
 pub mod windowing;

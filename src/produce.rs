@@ -157,7 +157,7 @@ pub enum ProduceError {
     CreateTopic(String, String),
     /// Encoding an Avro event failed.
     #[error("avro: {0}")]
-    Avro(#[from] crate::avro::AvroError),
+    Avro(#[from] crate::input::avro::AvroError),
 }
 
 /// Creates `topic` with `partitions` partitions unless it exists.
@@ -190,7 +190,7 @@ pub fn run(o: &ProduceOptions) -> Result<u64, ProduceError> {
         .set("bootstrap.servers", &o.bootstrap_servers)
         .set("linger.ms", "5")
         .create()?;
-    let schema = crate::avro::parse_schema("event schema", o.kind.schema())?;
+    let schema = crate::input::avro::parse_schema("event schema", o.kind.schema())?;
     let mut x: u64 = 0x2545_F491_4F6C_DD1D ^ wall_ms() as u64;
     let start = Instant::now();
     for i in 0..o.events {
@@ -209,7 +209,7 @@ pub fn run(o: &ProduceOptions) -> Result<u64, ProduceError> {
                 Format::Json => format!(r#"{{"id": "{user}", "ts": "not a time""#).into_bytes(),
                 Format::Avro => vec![0x02, 0xff],
                 Format::AvroConfluent(id) => {
-                    [&crate::avro::confluent_header(id)[..], &[0x02, 0xff]].concat()
+                    [&crate::input::avro::confluent_header(id)[..], &[0x02, 0xff]].concat()
                 }
             }
         } else {
@@ -219,8 +219,10 @@ pub fn run(o: &ProduceOptions) -> Result<u64, ProduceError> {
             let (json, avro) = o.kind.event(&user, ts, x);
             match o.format {
                 Format::Json => json.into_bytes(),
-                Format::Avro => crate::avro::encode_value(&schema, None, avro)?,
-                Format::AvroConfluent(id) => crate::avro::encode_value(&schema, Some(id), avro)?,
+                Format::Avro => crate::input::avro::encode_value(&schema, None, avro)?,
+                Format::AvroConfluent(id) => {
+                    crate::input::avro::encode_value(&schema, Some(id), avro)?
+                }
             }
         };
         let mut record = BaseRecord::to(&o.topic).payload(&value);

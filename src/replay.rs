@@ -374,7 +374,7 @@ pub fn plan(
     wait: Option<Duration>,
 ) -> Result<Plan, ReplayError> {
     let k = spec.kafka.as_ref().ok_or(ReplayError::NoKafka)?;
-    let consumer: BaseConsumer = crate::source::base_config(k)
+    let consumer: BaseConsumer = crate::clients::base_config(k)
         .set("group.id", &k.application_id)
         .set("isolation.level", "read_uncommitted")
         .create()
@@ -520,7 +520,7 @@ pub fn plan(
 pub fn commit(spec: &PipelineSpec, plan: &Plan) -> Result<(), ReplayError> {
     let k = spec.kafka.as_ref().ok_or(ReplayError::NoKafka)?;
     let timeout = Duration::from_millis(k.transaction_timeout as u64).max(Duration::from_secs(30));
-    let producer: BaseProducer = crate::source::producer_config(k)
+    let producer: BaseProducer = crate::clients::producer_config(k)
         .set("transactional.id", format!("{}-replay", k.application_id))
         .create()
         .map_err(kafka_err("creating the producer"))?;
@@ -532,7 +532,7 @@ pub fn commit(spec: &PipelineSpec, plan: &Plan) -> Result<(), ReplayError> {
         .begin_transaction()
         .map_err(kafka_err("begin_transaction"))?;
     let offsets_partitions = if k.repartition {
-        let consumer: BaseConsumer = crate::source::base_config(k)
+        let consumer: BaseConsumer = crate::clients::base_config(k)
             .create()
             .map_err(kafka_err("creating a client"))?;
         partitions_of(&consumer, &k.offsets_topic)
@@ -636,7 +636,7 @@ pub fn commit(spec: &PipelineSpec, plan: &Plan) -> Result<(), ReplayError> {
         .map_err(kafka_err("delivering the markers"))?;
     if offsets.count() > 0 {
         // The group offsets too (a hint for tools; the log's markers rule).
-        let consumer: BaseConsumer = crate::source::base_config(k)
+        let consumer: BaseConsumer = crate::clients::base_config(k)
             .set("group.id", &k.application_id)
             .create()
             .map_err(kafka_err("creating a client"))?;

@@ -1,7 +1,7 @@
 //! `tidemark simulate`: runs a pipeline over files of records, deterministically, without Kafka.
 //!
 //! Each input line is a record as it would appear on the topic, or a control line. Records are
-//! decoded by the decoder `tidemark run` uses ([`crate::source::decode::Decoder`]): under JSON
+//! decoded by the decoder `tidemark run` uses ([`crate::input::decode::Decoder`]): under JSON
 //! input each line is the record's value; under Avro input each line is the **base64** of the
 //! value's bytes (a plain datum, or Confluent-framed), and Confluent schema ids resolve against
 //! `input.schema_ids` or the Schema Registry, as in `run`. Control lines are JSON objects:
@@ -25,12 +25,12 @@
 //! arrived. No input line stops a simulation: a line that is not valid UTF-8 is a `malformed`
 //! dead letter that also keeps its bytes (`original_base64`).
 
-use crate::avro::SchemaRegistry;
 use crate::config::PipelineSpec;
 use crate::format::pane::{self, KeyShape};
+use crate::input::avro::SchemaRegistry;
+use crate::input::decode::Decoder;
+use crate::input::{DecodeError, Meta};
 use crate::pipeline::{Decoded, Reason, Rejection, Step};
-use crate::record::{DecodeError, Meta};
-use crate::source::decode::Decoder;
 use crate::state::store::StateStore;
 use crate::windowing::aggregate::AggSpec;
 use crate::windowing::engine::{EngineError, Pane};
@@ -248,8 +248,8 @@ pub fn run_inputs(
             Some(SchemaRegistry::connect(url).map_err(|e| SimulateError::Decoder(e.to_string()))?)
         }
     };
-    let mut decoder =
-        Decoder::for_spec(spec, registry).map_err(|e| SimulateError::Decoder(e.to_string()))?;
+    let mut decoder = Decoder::new(&spec.input, spec.avro_input.as_ref(), registry)
+        .map_err(|e| SimulateError::Decoder(e.to_string()))?;
     let avro = spec.avro_input.is_some();
     let names: Vec<String> = inputs.iter().map(|i| i.name.clone()).collect();
     let several = inputs.len() > 1;

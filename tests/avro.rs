@@ -11,12 +11,12 @@ use common::registry::FakeRegistry;
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::Path;
-use tidemark::avro::{decode_value, encode_value, parse_schema, Framing, SchemaRegistry};
 use tidemark::config::{parse_raw, ConfigError, PipelineSpec};
 use tidemark::format::avro::{AvroEncoder, DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHEMA};
 use tidemark::format::dead_letter::DeadLetter;
-use tidemark::record::{DecodeError, Meta};
-use tidemark::source::decode::Decoder;
+use tidemark::input::avro::{decode_value, encode_value, parse_schema, Framing, SchemaRegistry};
+use tidemark::input::decode::Decoder;
+use tidemark::input::{DecodeError, Meta};
 use tidemark::windowing::aggregate::{Output, Value as Datum};
 use tidemark::windowing::assigner::Window;
 use tidemark::windowing::engine::{dedup_id, Pane};
@@ -56,7 +56,7 @@ field = "price"
 }
 
 /// Decodes one record with the pipeline's decoder (no filter: every record is an event).
-fn decode(d: &mut Decoder, bytes: &[u8]) -> Result<tidemark::record::Event, DecodeError> {
+fn decode(d: &mut Decoder, bytes: &[u8]) -> Result<tidemark::input::Event, DecodeError> {
     d.decode(bytes, Meta::default())
         .map(|e| e.expect("no filter"))
 }
@@ -73,7 +73,7 @@ fn click(user: &str, ts: i64, price: f64) -> Value {
 #[test]
 fn plain_avro_decodes_with_the_reader_schema() {
     let spec = spec("", "").unwrap();
-    let mut d = Decoder::for_spec(&spec, None).unwrap();
+    let mut d = Decoder::new(&spec.input, spec.avro_input.as_ref(), None).unwrap();
     let bytes = encode_value(
         &schema_file("clickstream.avsc"),
         None,
@@ -110,7 +110,7 @@ fn confluent_framing_resolves_local_ids_and_evolves_both_ways() {
         dir.path().join("new.avsc").display()
     );
     let spec = spec(&extra, "").unwrap();
-    let mut d = Decoder::for_spec(&spec, None).unwrap();
+    let mut d = Decoder::new(&spec.input, spec.avro_input.as_ref(), None).unwrap();
 
     let old_value = Value::Record(vec![
         ("user_id".into(), Value::String("u".into())),
@@ -197,7 +197,7 @@ fn a_null_value_is_skipped_and_undecodable_bytes_are_errors() {
         .validate()
         .unwrap()
         .0;
-    let mut d = Decoder::for_spec(&spec, None).unwrap();
+    let mut d = Decoder::new(&spec.input, spec.avro_input.as_ref(), None).unwrap();
     let schema = parse_schema("n", nullable).unwrap();
     let v = Value::Record(vec![
         ("user_id".into(), Value::String("u".into())),
@@ -225,7 +225,7 @@ fn timestamp_micros_become_milliseconds() {
         .validate()
         .unwrap()
         .0;
-    let mut d = Decoder::for_spec(&spec, None).unwrap();
+    let mut d = Decoder::new(&spec.input, spec.avro_input.as_ref(), None).unwrap();
     let v = Value::Record(vec![
         ("sensor_id".into(), Value::String("s1".into())),
         ("ts".into(), Value::TimestampMicros(1_500_999)),
@@ -312,7 +312,7 @@ fn registry_ids_resolve_and_register_and_a_dead_registry_fails_at_start() {
         &format!("[schema_registry]\nurl = \"{}\"", reg.url),
     )
     .unwrap();
-    let mut d = Decoder::for_spec(&spec, Some(client)).unwrap();
+    let mut d = Decoder::new(&spec.input, spec.avro_input.as_ref(), Some(client)).unwrap();
     let b = encode_value(
         &schema_file("clickstream.avsc"),
         Some(1),

@@ -10,7 +10,7 @@
 
 use proptest::prelude::*;
 use tidemark::config::{parse_raw, PipelineSpec};
-use tidemark::record::Event;
+use tidemark::input::Event;
 use tidemark::state::store::StateStore;
 use tidemark::windowing::aggregate::{Output, Value};
 use tidemark::windowing::assigner::SliceGrid;

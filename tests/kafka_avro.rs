@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tidemark::audit::check_panes;
-use tidemark::avro::{decode_value, parse_schema, Framing};
 use tidemark::format::avro::{DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHEMA};
+use tidemark::input::avro::{decode_value, parse_schema, Framing};
 use tidemark::kafka::raw_log::read_topic;
 
 const EVENTS: u64 = 2_000;

@@ -503,7 +503,7 @@ fn the_hop_places_keys_where_kafkas_default_partitioner_does() {
     for r in &log.committed {
         let key = r.key.as_deref().unwrap();
         assert_eq!(
-            tidemark::format::hop::partition_for(key, 7),
+            tidemark::format::repartition::partition_for(key, 7),
             r.partition,
             "{}",
             String::from_utf8_lossy(key)

@@ -2,7 +2,7 @@
 //! `run` execute it.
 
 use crate::config::{self, PipelineSpec};
-use crate::record::TimeSpec;
+use crate::input::TimeSpec;
 use crate::windowing::assigner::WindowKind;
 use crate::windowing::trigger::{Accumulation, LateFiring};
 use clap::Args;

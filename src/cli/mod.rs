@@ -182,9 +182,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
 }
 
 /// The `--avro` option: `plain` or `confluent` framing, or JSON values when absent.
-fn parse_framing(avro: Option<&str>) -> anyhow::Result<Option<crate::avro::Framing>> {
+fn parse_framing(avro: Option<&str>) -> anyhow::Result<Option<crate::input::avro::Framing>> {
     avro.map(|f| {
-        crate::avro::Framing::parse(f)
+        crate::input::avro::Framing::parse(f)
             .with_context(|| format!("--avro {f:?}: \"plain\" or \"confluent\""))
     })
     .transpose()

@@ -4,7 +4,7 @@
 use super::checker::Checker;
 use super::{RawConfig, RawKey, RawKeyPart};
 use crate::expr::{self, Paths};
-use crate::record::{Compiled, FieldInput, InputSpec, KeyPart, TimeSpec, RECORD_TIMESTAMP};
+use crate::input::{Compiled, FieldInput, InputSpec, KeyPart, TimeSpec, RECORD_TIMESTAMP};
 
 impl RawConfig {
     /// `[input]` filter, key, timestamp and time, with the aggregations' input texts `fields`:

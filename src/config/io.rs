@@ -23,7 +23,7 @@ impl RawConfig {
                 c.fail(field, format!("cannot read {}: {e}", full.display()));
                 None
             }
-            Ok(text) => match crate::avro::parse_schema(path, &text) {
+            Ok(text) => match crate::input::avro::parse_schema(path, &text) {
                 Ok(schema) => Some((text, schema)),
                 Err(e) => {
                     c.fail(field, e.to_string());
@@ -38,8 +38,8 @@ impl RawConfig {
         &self,
         spec: Option<&InputSpec>,
         c: &mut Checker,
-    ) -> Option<Option<crate::avro::AvroInputSpec>> {
-        use crate::avro::{AvroInputSpec, Framing};
+    ) -> Option<Option<crate::input::avro::AvroInputSpec>> {
+        use crate::input::avro::{AvroInputSpec, Framing};
         let i = &self.input;
         match i.format.as_str() {
             "json" => {
@@ -86,7 +86,8 @@ impl RawConfig {
             Some(p) => self.schema_file("input.schema", p, c),
         };
         let reader = reader.map(|(text, schema)| {
-            for problem in spec.map_or(Vec::new(), |s| crate::avro::check_paths(&schema, s)) {
+            for problem in spec.map_or(Vec::new(), |s| crate::input::avro::check_paths(&schema, s))
+            {
                 c.fail("input.schema", problem);
             }
             text
@@ -135,8 +136,8 @@ impl RawConfig {
     }
 
     pub(super) fn validate_output(&self, c: &mut Checker) -> Option<crate::format::OutputFormat> {
-        use crate::avro::Framing;
         use crate::format::OutputFormat;
+        use crate::input::avro::Framing;
         let Some(o) = &self.output else {
             return Some(OutputFormat::Json);
         };

@@ -12,7 +12,7 @@
 //! output format, Schema Registry, metrics address), `kafka`, and `validate`, which runs them in
 //! the order the file reads and assembles the result.
 
-pub use crate::record::InputSpec;
+pub use crate::input::InputSpec;
 use crate::windowing::spec::EngineSpec;
 pub use crate::windowing::watermark::WatermarkSpec;
 use serde::Deserialize;
@@ -474,7 +474,7 @@ pub struct PipelineSpec {
     /// Where `tidemark run` serves metrics and health, if the file has a `[metrics]` section.
     pub metrics_address: Option<std::net::SocketAddr>,
     /// Avro input settings; `None` for JSON input.
-    pub avro_input: Option<crate::avro::AvroInputSpec>,
+    pub avro_input: Option<crate::input::avro::AvroInputSpec>,
     /// How panes and dead letters are encoded.
     pub output_format: crate::format::OutputFormat,
     /// Schema Registry base URL, if configured.

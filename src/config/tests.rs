@@ -1,7 +1,7 @@
 //! Tests of loading, overriding and validating pipeline files.
 
 use super::*;
-use crate::record::TimeSpec;
+use crate::input::TimeSpec;
 use crate::windowing::assigner::WindowKind;
 use crate::windowing::trigger::LateFiring;
 

@@ -71,7 +71,7 @@ impl Share {
     /// from the log when the pipeline is configured with it or its group moved to it.
     pub(super) fn start(k: &KafkaSpec, group: &str, topics: &[String]) -> Result<Share, SinkError> {
         let decided = GroupDecisions::read(&k.bootstrap_servers, &k.claims_topic);
-        let mut settings = crate::source::base_config(k);
+        let mut settings = crate::clients::base_config(k);
         settings
             .set("group.id", group)
             .set("enable.auto.commit", "false");
@@ -119,7 +119,7 @@ impl Share {
     /// Replaces the consumer group by membership from the log. The group's consumer is closed
     /// (it leaves the group); a new one, which joins no group, reads partition counts.
     fn move_to_log(&mut self) -> Result<(), SinkError> {
-        let consumer: BaseConsumer = crate::source::base_config(&self.k)
+        let consumer: BaseConsumer = crate::clients::base_config(&self.k)
             .create()
             .map_err(|e| startup("creating the consumer", e))?;
         let parts = partitions_of(&consumer, &self.topics).map_err(|e| startup("startup", e))?;
@@ -132,7 +132,7 @@ impl Share {
             std::process::id()
         );
         let roster = Roster::start(
-            crate::source::base_config(&self.k),
+            crate::clients::base_config(&self.k),
             &self.k.bootstrap_servers,
             &members,
             token,
@@ -229,7 +229,7 @@ impl Share {
 fn create_topic(k: &KafkaSpec, name: &str) -> Result<(), SinkError> {
     use rdkafka::admin::{NewTopic, TopicReplication};
     create_topics(
-        &crate::source::base_config(k),
+        &crate::clients::base_config(k),
         &[NewTopic::new(name, 1, TopicReplication::Fixed(1))],
     )
     .map(|_| ())

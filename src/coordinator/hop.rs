@@ -4,7 +4,7 @@
 //! and checked by the source's [`Front`](crate::pipeline::Front) (`malformed` and
 //! `future_timestamp` records are dead-lettered here, with their original bytes); an event is
 //! written to the repartition partition Kafka's default partitioner picks for its grouping key
-//! ([`crate::format::hop`]). At each commit, the source's watermark report goes to every
+//! ([`crate::format::repartition`]). At each commit, the source's watermark report goes to every
 //! repartition partition when it changed (after the data it covers: the same producer writes it
 //! later in the same transaction), and its offset marker to the offsets topic.
 //!
@@ -19,7 +19,7 @@ use super::sources;
 use super::{Core, Topology};
 use crate::clock::wall_ms;
 use crate::format::dead_letter::DeadLetter;
-use crate::format::hop::{self, Decoded, Origin};
+use crate::format::repartition::{self as wire, Decoded, Origin};
 use crate::kafka::raw_log::RawRecord;
 use crate::pipeline::{Checked, Reason};
 use crate::windowing::spec::Event;
@@ -75,7 +75,7 @@ impl Core {
                 };
                 // Events wait in their partition's pack until it is full or the cycle ends
                 // (the second stage reads only committed records, so waiting costs no latency).
-                let partition = hop::partition_for(ev.key.as_bytes(), partitions);
+                let partition = wire::partition_for(ev.key.as_bytes(), partitions);
                 if self.hop_packs.len() < partitions as usize {
                     self.hop_packs
                         .resize_with(partitions as usize, Default::default);
@@ -129,7 +129,7 @@ impl Core {
 
     /// Drops the events of the packs not written yet (their transaction aborts).
     pub(super) fn clear_packs(&mut self) {
-        self.hop_packs.iter_mut().for_each(hop::Pack::clear);
+        self.hop_packs.iter_mut().for_each(wire::Pack::clear);
     }
 
     /// Second stage: reads what committed on the owned repartition partitions since the last
@@ -177,8 +177,8 @@ impl Core {
                 continue; // no longer ours
             }
             let decoded = match r.value.as_deref() {
-                Some(v) => hop::decode_into(r.key.as_deref(), v, ev, reports),
-                None => Err(hop::HopError::missing_value()),
+                Some(v) => wire::decode_into(r.key.as_deref(), v, ev, reports),
+                None => Err(wire::HopError::missing_value()),
             };
             let known = |o: &Origin| usize::from(o.topic) < self.k.input_topics.len();
             let part = self.parts.get_mut(&r.partition).expect("checked above");
@@ -197,7 +197,7 @@ impl Core {
                     if count == 0 || usize::from(max_topic) < self.k.input_topics.len() =>
                 {
                     let value = r.value.as_deref().expect("decoded from it");
-                    let mut reader = hop::PackReader::new(value).map_err(|e| {
+                    let mut reader = wire::PackReader::new(value).map_err(|e| {
                         CycleError::Fatal(format!("a checked pack does not read: {e}"))
                     })?;
                     while let Some(o) = reader.next_into(ev).map_err(|e| {
@@ -394,9 +394,9 @@ impl Core {
         // One watermark record per repartition partition holds every report that changed: with
         // S sources and P partitions, P records a cycle instead of S x P (64 x 64: 4,096).
         if let Some(partitions) = partitions {
-            for chunk in reports.chunks(hop::MAX_REPORTS) {
+            for chunk in reports.chunks(wire::MAX_REPORTS) {
                 let mut value = Vec::new();
-                hop::put_watermarks(&mut value, chunk);
+                wire::put_watermarks(&mut value, chunk);
                 for r in 0..partitions {
                     let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
                         .partition(r)
@@ -432,7 +432,7 @@ impl Core {
         if tpl.count() == 0 {
             return;
         }
-        let config = crate::source::base_config(&self.k);
+        let config = crate::clients::base_config(&self.k);
         std::thread::spawn(move || {
             use rdkafka::admin::{AdminClient, AdminOptions};
             let purged = (|| -> Result<(), String> {

@@ -66,12 +66,12 @@
 //! assignment (session expired, poll interval exceeded) aborts the open transaction instead,
 //! since another member may already own the partitions.
 
+use crate::clients::{consumer_config, producer_config};
 use crate::config::{KafkaSpec, PipelineSpec};
 use crate::format::Encoder;
+use crate::input::decode::Decoder;
 use crate::kafka::raw_log::{Peeker, Tailer};
 use crate::metrics::{self as m, Health};
-use crate::source::decode::Decoder;
-use crate::source::{consumer_config, producer_config};
 use crate::state::store::StateStore;
 use crate::windowing::spec::Event;
 use cycle::settle;
@@ -156,11 +156,11 @@ pub struct Core {
     hop_event: Event,
     /// The second stage decodes every watermark record's reports into this one buffer.
     hop_reports: Vec<(
-        crate::format::hop::Origin,
+        crate::format::repartition::Origin,
         crate::windowing::watermark::SourceWatermark,
     )>,
     /// The first stage's packed event records being built, one per repartition partition.
-    hop_packs: Vec<crate::format::hop::Pack>,
+    hop_packs: Vec<crate::format::repartition::Pack>,
     /// Per input partition, whether the raw log showed no data record after its position, the
     /// position it was looked at from, and when: a source is idle only when caught up.
     caught_up: HashMap<(String, i32), (bool, i64, Instant)>,
@@ -250,7 +250,7 @@ pub fn run(
         .get("auto.offset.reset")
         .unwrap_or("earliest")
         .to_string();
-    let reset = crate::source::reset_position(&reset_name).ok_or_else(|| {
+    let reset = crate::clients::reset_position(&reset_name).ok_or_else(|| {
         RunError::Startup(format!(
             "auto.offset.reset = {reset_name:?} is not supported"
         ))

@@ -8,9 +8,9 @@ use super::{Core, Topology};
 use crate::clock::wall_ms;
 use crate::format::dead_letter::DeadLetter;
 use crate::format::pane;
+use crate::input::{DecodeError, Meta};
 use crate::kafka::raw_log::Peeker;
 use crate::pipeline::{Decoded, Reason, Rejection};
-use crate::record::{DecodeError, Meta};
 use crate::windowing::engine::Pane;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::BaseRecord;
@@ -303,7 +303,7 @@ fn dead_letter_of(
 /// when the pipeline's filter rejects it, or why it cannot be used. A Schema Registry that
 /// cannot be reached is not the record's fault: the transaction is aborted and retried.
 pub(super) fn decode(
-    decoder: &mut crate::source::decode::Decoder,
+    decoder: &mut crate::input::decode::Decoder,
     msg: &BorrowedMessage<'_>,
     now: i64,
 ) -> Result<Decoded, CycleError> {

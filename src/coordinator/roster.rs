@@ -38,7 +38,7 @@ pub(super) fn start(
     token: String,
     parts: Vec<TopicPartition>,
 ) -> Result<Roster, RunError> {
-    let mut config = crate::source::producer_config(k);
+    let mut config = crate::clients::producer_config(k);
     config.remove("transactional.id");
     Roster::start(
         config,

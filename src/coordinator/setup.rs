@@ -3,12 +3,12 @@
 
 use super::errors::RunError;
 use super::Mode;
-use crate::avro::{Framing, SchemaRegistry};
 use crate::config::{KafkaSpec, PipelineSpec};
 use crate::format::avro::{DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHEMA};
 use crate::format::pane::KeyShape;
 use crate::format::{Encoder, OutputFormat};
-use crate::source::decode::Decoder;
+use crate::input::avro::{Framing, SchemaRegistry};
+use crate::input::decode::Decoder;
 use crate::state::store::{StateStore, StoreConfig};
 use crate::windowing::engine::WINDOW_OPERATOR;
 use rdkafka::admin::{NewTopic, TopicReplication};
@@ -74,7 +74,7 @@ fn partition_counts(probe: &BaseConsumer) -> Result<BTreeMap<String, i32>, RunEr
 /// repartition topic that exists with another partition count, or a changelog with fewer
 /// partitions than there are windowing partitions, is refused.
 pub(super) fn ensure_topics(k: &KafkaSpec, mode: Mode) -> Result<Layout, RunError> {
-    let probe: BaseConsumer = crate::source::base_config(k)
+    let probe: BaseConsumer = crate::clients::base_config(k)
         .create()
         .map_err(|e| RunError::Startup(format!("creating a client: {e}")))?;
     let counts = partition_counts(&probe)?;
@@ -183,7 +183,7 @@ pub(super) fn ensure_topics(k: &KafkaSpec, mode: Mode) -> Result<Layout, RunErro
 
 /// Creates `topics` (an existing one is fine).
 fn create(k: &KafkaSpec, topics: &[NewTopic<'_>]) -> Result<(), RunError> {
-    let created = crate::kafka::admin::create_topics(&crate::source::base_config(k), topics)
+    let created = crate::kafka::admin::create_topics(&crate::clients::base_config(k), topics)
         .map_err(RunError::Startup)?;
     for t in created {
         tracing::info!(topic = t, "created topic");
@@ -201,8 +201,8 @@ pub(super) fn codecs(spec: &PipelineSpec, k: &KafkaSpec) -> Result<(Decoder, Enc
             Some(SchemaRegistry::connect(url).map_err(|e| RunError::Startup(e.to_string()))?)
         }
     };
-    let decoder =
-        Decoder::for_spec(spec, registry.clone()).map_err(|e| RunError::Startup(e.to_string()))?;
+    let decoder = Decoder::new(&spec.input, spec.avro_input.as_ref(), registry.clone())
+        .map_err(|e| RunError::Startup(e.to_string()))?;
     let encoder = match &spec.output_format {
         OutputFormat::Json => Encoder::json(&spec.engine.aggregations)
             .with_key_shape(KeyShape::of(spec.input.key.len())),

@@ -95,7 +95,7 @@ impl Watchdog {
         let bound_ms = SESSION_TIMEOUTS * session;
         // The group id lets the client read the group's committed offsets (it never joins: it does
         // not subscribe).
-        let client: BaseConsumer = crate::source::base_config(k)
+        let client: BaseConsumer = crate::clients::base_config(k)
             .set("group.id", &k.application_id)
             .create()
             .map_err(|e| format!("creating the group watchdog's client: {e}"))?;

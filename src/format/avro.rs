@@ -2,7 +2,7 @@
 //! (`DeadLetter`, `schemas/dead_letter.avsc`), plain or Confluent-framed.
 
 use super::dead_letter::DeadLetter;
-use crate::avro::{encode_value, parse_schema, AvroError, Framing};
+use crate::input::avro::{encode_value, parse_schema, AvroError, Framing};
 use crate::windowing::aggregate::AggSpec;
 use crate::windowing::aggregate::{Output, OutputType, Value as Datum};
 use crate::windowing::engine::Pane;
@@ -179,7 +179,7 @@ fn aggregate_value(ty: OutputType, v: &Output) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::avro::decode_value;
+    use crate::input::avro::decode_value;
     use crate::pipeline::Reason;
 
     /// Every reason the pipeline gives is a symbol of the schema's enum, so no dead letter of an

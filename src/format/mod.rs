@@ -4,7 +4,7 @@
 //! * [`pane`] — a pane's headers and JSON encoding, and [`pane::PaneRecord`], a pane read back;
 //! * [`dead_letter`] — what a dead letter says ([`dead_letter::DeadLetter`]) and its headers;
 //! * [`avro`] — the `WindowResult` and `DeadLetter` Avro schemas and encodings;
-//! * [`hop`] — the repartition topic's records (events and watermark reports) between the two
+//! * [`repartition`] — the repartition topic's records (events and watermark reports) between the two
 //!   stages of a pipeline that repartitions.
 //!
 //! [`Encoder`] writes panes and dead letters in the pipeline's output format (the coordinator
@@ -13,10 +13,10 @@
 
 pub mod avro;
 pub mod dead_letter;
-pub mod hop;
 pub mod pane;
+pub mod repartition;
 
-use crate::avro::{decode_value, parse_schema, AvroError, Framing};
+use crate::input::avro::{decode_value, parse_schema, AvroError, Framing};
 use crate::kafka::raw_log::RawRecord;
 use crate::windowing::aggregate::AggSpec;
 use crate::windowing::engine::Pane;

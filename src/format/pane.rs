@@ -117,7 +117,7 @@ pub fn to_json(pane: &Pane, epoch: u64, aggregations: &[AggSpec], shape: KeyShap
     out.push_str("{\"key\":");
     match shape {
         KeyShape::None => out.push_str("null"),
-        // A key of several parts is the JSON array `record::encode_key` wrote.
+        // A key of several parts is the JSON array `input::encode_key` wrote.
         KeyShape::Many => out.push_str(&pane.key),
         KeyShape::One => out.push_str(&Value::from(pane.key.as_str()).to_string()),
     }

@@ -519,8 +519,8 @@ pub fn dump(broker: &str, dir: &std::path::Path, topics: &[&str]) {
             let _ = write!(text, " key={key:?}");
             let value = r.value.as_deref().unwrap_or_default();
             if topic.ends_with("-repartition") {
-                match tidemark::format::hop::decode(r.key.as_deref(), value) {
-                    Ok(tidemark::format::hop::HopRecord::Events(evs)) => {
+                match tidemark::format::repartition::decode(r.key.as_deref(), value) {
+                    Ok(tidemark::format::repartition::HopRecord::Events(evs)) => {
                         let _ = write!(text, " events={}:", evs.len());
                         for (ev, o) in evs {
                             let _ = write!(
@@ -530,14 +530,14 @@ pub fn dump(broker: &str, dir: &std::path::Path, topics: &[&str]) {
                             );
                         }
                     }
-                    Ok(tidemark::format::hop::HopRecord::Event(ev, o)) => {
+                    Ok(tidemark::format::repartition::HopRecord::Event(ev, o)) => {
                         let _ = write!(
                             text,
                             " event [{} {} t{}/{}@{}]",
                             ev.key, ev.ts, o.topic, o.partition, o.offset
                         );
                     }
-                    Ok(tidemark::format::hop::HopRecord::Watermarks(reports)) => {
+                    Ok(tidemark::format::repartition::HopRecord::Watermarks(reports)) => {
                         let _ = write!(text, " watermarks:");
                         for (o, w) in reports {
                             let _ = write!(

@@ -1,8 +1,7 @@
 //! Turning the input topic's records into events: JSON, or Avro (plain or Confluent-framed).
 
-use crate::avro::{AvroDecoder, AvroError, SchemaRegistry};
-use crate::config::PipelineSpec;
-use crate::record::{DecodeError, Event, JsonDecoder, Meta};
+use super::avro::{AvroDecoder, AvroError, AvroInputSpec, SchemaRegistry};
+use super::{DecodeError, Event, InputSpec, JsonDecoder, Meta};
 
 /// Decodes input records in the pipeline's format.
 #[derive(Debug)]
@@ -14,18 +13,16 @@ pub enum Decoder {
 }
 
 impl Decoder {
-    /// The decoder the pipeline's `[input]` section asks for; `registry` serves Confluent ids.
-    pub fn for_spec(
-        spec: &PipelineSpec,
+    /// The decoder for what the pipeline reads (`input`), in its format: JSON, or Avro with
+    /// the `[input.avro]` settings; `registry` serves Confluent ids.
+    pub fn new(
+        input: &InputSpec,
+        avro: Option<&AvroInputSpec>,
         registry: Option<SchemaRegistry>,
     ) -> Result<Decoder, AvroError> {
-        Ok(match &spec.avro_input {
-            None => Decoder::Json(Box::new(JsonDecoder::new(spec.input.clone()))),
-            Some(avro) => Decoder::Avro(Box::new(AvroDecoder::new(
-                spec.input.clone(),
-                avro,
-                registry,
-            )?)),
+        Ok(match avro {
+            None => Decoder::Json(Box::new(JsonDecoder::new(input.clone()))),
+            Some(avro) => Decoder::Avro(Box::new(AvroDecoder::new(input.clone(), avro, registry)?)),
         })
     }
 

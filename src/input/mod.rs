@@ -18,6 +18,12 @@
 //! the wrong type is a [`DecodeError`] that becomes a dead letter with reason `malformed`; an
 //! expression that cannot be evaluated on it (a string where a number is needed, a division by
 //! zero) is [`DecodeError::Expression`], reason `expression`.
+//!
+//! This module holds the JSON decoder and what both decoders share; [`avro`] the Avro one (with
+//! the Schema Registry client); [`decode`] the one entry point the record step calls.
+
+pub mod avro;
+pub mod decode;
 
 use crate::expr::{Datum, Expr, Paths, Row};
 use crate::pipeline::Reason;

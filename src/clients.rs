@@ -1,12 +1,10 @@
-//! The input side: the consumer of the pipeline's group and the client settings shared with the
-//! producer, and ([`decode`]) the decoding of input records into events.
+//! The Kafka clients' settings: the consumer of the pipeline's group, the transactional
+//! producer, and what both share. (Decoding input records is [`crate::input`].)
 //!
 //! The consumer reads with `read_committed` isolation, never commits offsets itself (offsets are
 //! committed only inside transactions by the coordinator), and uses the `range` assignor unless
 //! `partition.assignment.strategy` is set (see [`crate::kafka::assignor`]). A configured `instance_id` is also its `group.instance.id` (static membership).
 //! User properties from `[kafka.properties]` come last, except the ones tidemark owns.
-
-pub mod decode;
 
 use crate::config::{KafkaSpec, OffsetReset};
 use rdkafka::{ClientConfig, Offset};

@@ -14,8 +14,8 @@
 //! cannot be reached is not the record's fault: [`DecodeError::Unavailable`] makes the caller
 //! abort and retry the transaction instead.
 
+use super::{Compiled, DecodeError, Event, InputSpec, Meta, TimeSpec};
 use crate::expr::{infer, Datum, Row, Ty};
-use crate::record::{Compiled, DecodeError, Event, InputSpec, Meta, TimeSpec};
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
