@@ -280,6 +280,24 @@ pub const DEAD_MEMBERS_NOT_EVICTED: Quirk = Quirk {
     ],
 };
 
+/// A fetch answer skips an append that becomes visible later.
+pub const APPENDS_VISIBLE_OUT_OF_ORDER: Quirk = Quirk {
+    name: "appends visible out of order",
+    behaviour: "Under concurrent transactional appends to one partition, a fetch answer can begin \
+                past the fetch offset: a later append is visible while an earlier one is still \
+                being written, and the earlier records appear at their offsets afterwards. A \
+                reader that moves on from the answer loses them. Seen in the hop's chaos runs \
+                (docs/reliability.md); a client-only probe did not make it happen.",
+    seen_on: &[("tansu", "0.6.0")],
+    remedy: "The repartition reader stays at a hole in an answer and fetches again for up to \
+             2 s, logging the hole and whether it filled (kafka::raw_log::tailer); the hop's \
+             chaos summary counts both.",
+    shown_by: &[
+        "kafka::raw_log::tailer::tests::reads_wait_at_a_hole_until_it_fills",
+        "kafka_chaos_hop::the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once",
+    ],
+};
+
 /// Every quirk above.
 pub const ALL: &[Quirk] = &[
     ABORTED_RECORDS_SERVED,
@@ -297,6 +315,7 @@ pub const ALL: &[Quirk] = &[
     COOPERATIVE_FOLLOW_UP_INCOMPLETE,
     ACKED_WRITES_LOST_ON_KILL,
     DEAD_MEMBERS_NOT_EVICTED,
+    APPENDS_VISIBLE_OUT_OF_ORDER,
 ];
 
 #[cfg(test)]

@@ -76,7 +76,8 @@ impl TailPart {
     ///
     /// Kafka's log has no holes outside compacted topics (every offset holds a data or a control
     /// record, and an append is visible only after every earlier one), so a hole means an
-    /// append still being written, answered past: reading on would lose it for good. The reads
+    /// append still being written, answered past
+    /// ([`crate::kafka::quirks::APPENDS_VISIBLE_OUT_OF_ORDER`]): reading on would lose it for good. The reads
     /// stay at the hole and fetch again, for up to [`HOLE_WAIT`]; a hole that lasts longer is in
     /// the log itself, and the reads go past it. Both are logged.
     fn past_hole(&mut self, topic: &str, partition: i32, got: i64) -> bool {
