@@ -16,7 +16,7 @@
 //! and others have not, the claims keep every partition's commits to one owner: the two kinds of
 //! member share one fencing.
 
-use super::errors::RunError;
+use super::errors::{CycleError, RunError};
 use super::rebalance::{self, RebalanceContext, Rejoin, Why};
 use super::scaling::Idle;
 use super::watchdog::{Held, Watchdog};
@@ -217,6 +217,26 @@ impl Membership {
         }
     }
 
+    /// Writes one decision of the group's into the claims topic (`announce`) and commits it
+    /// with everything the member holds, not ready meanwhile. A decision that cannot be written
+    /// aborts the transaction instead: the next member to find the trouble announces it again,
+    /// or this one the next time.
+    fn announce_and_commit(
+        &self,
+        what: &str,
+        announce: fn(&mut Core) -> Result<(), CycleError>,
+    ) -> Result<(), RunError> {
+        let mut c = self.core.lock().expect("lock");
+        c.health.set_ready(false);
+        c.superseded = false;
+        if let Err(e) = announce(&mut c) {
+            c.abort_and_rewind(&self.consumer, &format!("announcing {what}: {e:?}"))?;
+        }
+        c.dirty = true;
+        c.commit(&self.consumer)?;
+        Ok(())
+    }
+
     /// Moves the group to the eager protocol (unless it already is: then only this member
     /// follows), commits, leaves, and joins again with a new consumer using
     /// [`assignor::EAGER_FALLBACK`].
@@ -230,18 +250,7 @@ impl Membership {
              cooperative protocol and joins again with the eager one"
         );
         counter!(m::ASSIGNOR_FALLBACKS, "reason" => reason).increment(1);
-        {
-            let mut c = self.core.lock().expect("lock");
-            c.health.set_ready(false);
-            c.superseded = false;
-            if let Err(e) = c.announce_eager() {
-                // The transaction is abortable; the next member to find the stall announces it,
-                // or this one after its next rebalance goes wrong.
-                c.abort_and_rewind(&self.consumer, &format!("announcing the fallback: {e:?}"))?;
-            }
-            c.dirty = true;
-            c.commit(&self.consumer)?;
-        }
+        self.announce_and_commit("the fallback", Core::announce_eager)?;
         let cooperative = self
             .settings
             .get("partition.assignment.strategy")
@@ -265,17 +274,7 @@ impl Membership {
              membership from the log, and this member leaves the consumer group"
         );
         counter!(m::MEMBERSHIP_MOVES, "reason" => reason).increment(1);
-        {
-            let mut c = self.core.lock().expect("lock");
-            c.health.set_ready(false);
-            c.superseded = false;
-            if let Err(e) = c.announce_log_membership() {
-                // The transaction is abortable; the next wedge announces it again.
-                c.abort_and_rewind(&self.consumer, &format!("announcing the move: {e:?}"))?;
-            }
-            c.dirty = true;
-            c.commit(&self.consumer)?;
-        }
+        self.announce_and_commit("the move", Core::announce_log_membership)?;
         self.watchdog = None;
         self.consumer.unsubscribe();
         let (consumer, idle) =
