@@ -135,7 +135,10 @@ fn join_leave_and_die(strategy: &str, log: bool) {
     m3.wait().unwrap();
     eprintln!("after join, join, leave and kill: {seen} panes committed");
     producer.join().unwrap();
-    wait_for(&broker.addr, "panes", s.expected.len(), 120);
+    // On a broker that never evicts the killed member, the group heals only by moving to
+    // membership from the log, about a minute after the kill on a quiet machine; on a loaded one
+    // (two suites side by side) it took longer than two.
+    wait_for(&broker.addr, "panes", s.expected.len(), 240);
     assert!(stop_member(m1).success());
     assert_exactly_once(&broker.addr, &s);
 }
