@@ -322,7 +322,8 @@ fn kill_9s_of_sink_and_member_and_a_database_restart_leave_the_table_exact() {
 /// A pipeline's group that moved to membership from the log (its broker's group coordinator
 /// stopped assigning partitions) takes its sinks along: two sink members in the broker's group
 /// read the move record from the pipeline's claims topic, leave their group and share the
-/// partitions through a roster, and the table still ends exact.
+/// partitions through a roster, and the table still ends exact. The sinks start in the broker's
+/// group even where the suite runs with membership from the log.
 #[test]
 fn sinks_follow_their_pipeline_to_membership_from_the_log() {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -338,7 +339,7 @@ fn sinks_follow_their_pipeline_to_membership_from_the_log() {
     let logs = [dir.path().join("sink1.log"), dir.path().join("sink2.log")];
     let mut sinks: Vec<Child> = logs
         .iter()
-        .map(|log| start_logged("sink-postgres", &cfg, log))
+        .map(|log| start_logged_in_group("sink-postgres", &cfg, log))
         .collect();
     let deadline = Instant::now() + Duration::from_secs(60);
     while table(&pg).is_empty() {

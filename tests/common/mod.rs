@@ -546,6 +546,18 @@ pub fn start_member_logged(cfg: &std::path::Path, log: &std::path::Path) -> Chil
     start_logged("run", cfg, log)
 }
 
+/// Starts `tidemark COMMAND --config CFG` logging at info level into `log`, in the broker's
+/// consumer group whatever `TIDEMARK__KAFKA__MEMBERSHIP` says (for tests of leaving it).
+pub fn start_logged_in_group(command: &str, cfg: &std::path::Path, log: &std::path::Path) -> Child {
+    let file = std::fs::File::create(log).unwrap();
+    tidemark_command(command, cfg, &[])
+        .env("TIDEMARK_LOG", "info")
+        .env_remove("TIDEMARK__KAFKA__MEMBERSHIP")
+        .stderr(file)
+        .spawn()
+        .unwrap()
+}
+
 /// Starts `tidemark COMMAND --config CFG` logging at info level into `log`.
 pub fn start_logged(command: &str, cfg: &std::path::Path, log: &std::path::Path) -> Child {
     let file = std::fs::File::create(log).unwrap();
