@@ -4,7 +4,7 @@
 //! A sink runs against the same broker as its pipeline, so it follows the decisions the
 //! pipeline's group recorded in its claims topic ([`GroupDecisions`]): when the pipeline's
 //! members gave up the cooperative rebalance protocol, the sink's consumer joins with the eager
-//! one; when they left the broker's consumer group for membership from the log (its coordinator
+//! one (decided at start); when they left the broker's consumer group for membership from the log (its coordinator
 //! stopped assigning partitions), the sink does too, at start or within [`LOOK_AT_CLAIMS_EVERY`]
 //! while it runs. Moving is safe at any moment: the sink's writes are idempotent and its
 //! positions live in the database, so a partition read by two members for a while is written
@@ -71,83 +71,27 @@ impl Share {
     /// from the log when the pipeline is configured with it or its group moved to it.
     pub(super) fn start(k: &KafkaSpec, group: &str, topics: &[String]) -> Result<Share, SinkError> {
         let decided = GroupDecisions::read(&k.bootstrap_servers, &k.claims_topic);
-        let mut settings = crate::clients::base_config(k);
-        settings
-            .set("group.id", group)
-            .set("enable.auto.commit", "false");
-        if decided.eager || !k.properties.contains_key("partition.assignment.strategy") {
-            let strategy = if decided.eager {
-                assignor::EAGER_FALLBACK
-            } else {
-                assignor::DEFAULT_STRATEGY
-            };
-            settings.set("partition.assignment.strategy", strategy);
-        }
-        let consumer: BaseConsumer = settings
-            .create()
-            .map_err(|e| startup("creating the consumer", e))?;
-        let mut share = Share {
-            k: k.clone(),
-            group: group.to_string(),
-            topics: topics.to_vec(),
-            how: How::Group {
-                consumer,
-                looked: Instant::now(),
-            },
-        };
-        if k.log_membership || decided.log_membership {
-            if decided.log_membership && !k.log_membership {
+        let how = if k.log_membership || decided.log_membership {
+            if !k.log_membership {
                 tracing::warn!(
                     "the pipeline's claims topic says its group moved to membership from the \
                      log (its consumer group stopped assigning partitions): the sink joins no \
                      consumer group either"
                 );
             }
-            share.move_to_log()?;
+            How::Log(Box::new(LogShare::start(k, group, topics)?))
         } else {
-            let How::Group { consumer, .. } = &share.how else {
-                unreachable!("made above");
-            };
-            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-            consumer
-                .subscribe(&names)
-                .map_err(|e| startup("subscribing", e))?;
-        }
-        Ok(share)
-    }
-
-    /// Replaces the consumer group by membership from the log. The group's consumer is closed
-    /// (it leaves the group); a new one, which joins no group, reads partition counts.
-    fn move_to_log(&mut self) -> Result<(), SinkError> {
-        let consumer: BaseConsumer = crate::clients::base_config(&self.k)
-            .create()
-            .map_err(|e| startup("creating the consumer", e))?;
-        let parts = partitions_of(&consumer, &self.topics).map_err(|e| startup("startup", e))?;
-        let members = format!("{}-members", self.group);
-        create_topic(&self.k, &members)?;
-        let wall = crate::clock::wall_ms();
-        let token = format!(
-            "{}.{}.{wall}",
-            self.k.instance_id.replace(' ', "_"),
-            std::process::id()
-        );
-        let roster = Roster::start(
-            crate::clients::base_config(&self.k),
-            &self.k.bootstrap_servers,
-            &members,
-            token,
-            parts.clone(),
-            crate::kafka::roster::session(&self.k.properties),
-        )
-        .map_err(|e| startup("membership from the log", e))?;
-        self.how = How::Log(Box::new(LogShare {
-            roster,
-            mine: BTreeSet::new(),
-            consumer,
-            parts,
-            looked: Instant::now(),
-        }));
-        Ok(())
+            How::Group {
+                consumer: group_consumer(k, group, topics, decided.eager)?,
+                looked: Instant::now(),
+            }
+        };
+        Ok(Share {
+            k: k.clone(),
+            group: group.to_string(),
+            topics: topics.to_vec(),
+            how,
+        })
     }
 
     /// The partitions that are this member's now, after waiting up to `wait` for news.
@@ -162,8 +106,10 @@ impl Share {
                          group stopped assigning partitions): the sink leaves its consumer group \
                          and follows a roster too"
                     );
-                    match self.move_to_log() {
-                        Ok(()) => {
+                    // The group's consumer closes as it is replaced: it leaves the group.
+                    match LogShare::start(&self.k, &self.group, &self.topics) {
+                        Ok(log) => {
+                            self.how = How::Log(Box::new(log));
                             counter!(m::MEMBERSHIP_MOVES, "reason" => "group").increment(1);
                         }
                         Err(e) => tracing::warn!("moving to membership from the log: {e}"),
@@ -222,6 +168,69 @@ impl Share {
         if let How::Log(log) = &mut self.how {
             log.roster.leave();
         }
+    }
+}
+
+/// The consumer of the sink's group `group`, subscribed to `topics`, with the pipeline's
+/// default assignor unless the user set one, and the eager one when the pipeline's group gave
+/// up the cooperative protocol.
+fn group_consumer(
+    k: &KafkaSpec,
+    group: &str,
+    topics: &[String],
+    eager: bool,
+) -> Result<BaseConsumer, SinkError> {
+    let mut settings = crate::clients::base_config(k);
+    settings
+        .set("group.id", group)
+        .set("enable.auto.commit", "false");
+    if eager {
+        settings.set("partition.assignment.strategy", assignor::EAGER_FALLBACK);
+    } else if !k.properties.contains_key("partition.assignment.strategy") {
+        settings.set("partition.assignment.strategy", assignor::DEFAULT_STRATEGY);
+    }
+    let consumer: BaseConsumer = settings
+        .create()
+        .map_err(|e| startup("creating the consumer", e))?;
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    consumer
+        .subscribe(&names)
+        .map_err(|e| startup("subscribing", e))?;
+    Ok(consumer)
+}
+
+impl LogShare {
+    /// Starts the roster of the sink's group `group` in its members topic, over `topics`'
+    /// partitions; the consumer it keeps joins no group and only reads partition counts.
+    fn start(k: &KafkaSpec, group: &str, topics: &[String]) -> Result<LogShare, SinkError> {
+        let consumer: BaseConsumer = crate::clients::base_config(k)
+            .create()
+            .map_err(|e| startup("creating the consumer", e))?;
+        let parts = partitions_of(&consumer, topics).map_err(|e| startup("startup", e))?;
+        let members = format!("{group}-members");
+        create_topic(k, &members)?;
+        let wall = crate::clock::wall_ms();
+        let token = format!(
+            "{}.{}.{wall}",
+            k.instance_id.replace(' ', "_"),
+            std::process::id()
+        );
+        let roster = Roster::start(
+            crate::clients::base_config(k),
+            &k.bootstrap_servers,
+            &members,
+            token,
+            parts.clone(),
+            crate::kafka::roster::session(&k.properties),
+        )
+        .map_err(|e| startup("membership from the log", e))?;
+        Ok(LogShare {
+            roster,
+            mine: BTreeSet::new(),
+            consumer,
+            parts,
+            looked: Instant::now(),
+        })
     }
 }
 
