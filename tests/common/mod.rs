@@ -543,29 +543,24 @@ pub fn start_tidemark(command: &str, cfg: &std::path::Path) -> Child {
 
 /// Starts `tidemark run --config CFG` logging at info level into `log`.
 pub fn start_member_logged(cfg: &std::path::Path, log: &std::path::Path) -> Child {
-    start_logged("run", cfg, log)
+    logged("run", cfg, log).spawn().unwrap()
 }
 
 /// Starts `tidemark COMMAND --config CFG` logging at info level into `log`, in the broker's
 /// consumer group whatever `TIDEMARK__KAFKA__MEMBERSHIP` says (for tests of leaving it).
 pub fn start_logged_in_group(command: &str, cfg: &std::path::Path, log: &std::path::Path) -> Child {
-    let file = std::fs::File::create(log).unwrap();
-    tidemark_command(command, cfg, &[])
-        .env("TIDEMARK_LOG", "info")
+    logged(command, cfg, log)
         .env_remove("TIDEMARK__KAFKA__MEMBERSHIP")
-        .stderr(file)
         .spawn()
         .unwrap()
 }
 
-/// Starts `tidemark COMMAND --config CFG` logging at info level into `log`.
-pub fn start_logged(command: &str, cfg: &std::path::Path, log: &std::path::Path) -> Child {
+/// `tidemark COMMAND --config CFG` logging at info level into `log`.
+fn logged(command: &str, cfg: &std::path::Path, log: &std::path::Path) -> Command {
     let file = std::fs::File::create(log).unwrap();
-    tidemark_command(command, cfg, &[])
-        .env("TIDEMARK_LOG", "info")
-        .stderr(file)
-        .spawn()
-        .unwrap()
+    let mut c = tidemark_command(command, cfg, &[]);
+    c.env("TIDEMARK_LOG", "info").stderr(file);
+    c
 }
 
 /// Waits until the log file `log` has at least `n` lines containing `needle`; panics after
