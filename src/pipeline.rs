@@ -32,6 +32,7 @@
 //! construction.
 
 use crate::state::store::StateStore;
+use crate::windowing::aggregate::Acc;
 use crate::windowing::engine::{Admission, Engine, EngineError, Pane};
 use crate::windowing::spec::{EngineSpec, Event};
 use crate::windowing::watermark::{SourceWatermark, WatermarkSpec, WatermarkTracker};
@@ -88,6 +89,20 @@ pub struct Rejection {
     pub event_time: Option<i64>,
     /// How far behind the watermark a late event was.
     pub late_by_ms: Option<i64>,
+}
+
+impl Rejection {
+    /// The rejection of an event at event time `ts` whose every window had expired at
+    /// `watermark`.
+    pub fn late(ts: i64, watermark: i64) -> Rejection {
+        Rejection {
+            reason: Reason::Late,
+            detail: format!("every window of event time {ts} has expired at watermark {watermark}"),
+            watermark: Some(watermark),
+            event_time: Some(ts),
+            late_by_ms: Some(watermark.saturating_sub(ts)),
+        }
+    }
 }
 
 /// A record as its decoder left it: an event, `None` when the pipeline's filter rejected it, or
@@ -229,18 +244,30 @@ impl Back {
         let behind = (wm != i64::MIN && ev.ts < wm).then(|| wm - ev.ts);
         let rejection = match self.engine.process(ev)? {
             Admission::Accepted => None,
-            Admission::Late { watermark } => Some(Rejection {
-                reason: Reason::Late,
-                detail: format!(
-                    "every window of event time {} has expired at watermark {watermark}",
-                    ev.ts
-                ),
-                watermark: Some(watermark),
-                event_time: Some(ev.ts),
-                late_by_ms: Some(watermark.saturating_sub(ev.ts)),
-            }),
+            Admission::Late { watermark } => Some(Rejection::late(ev.ts, watermark)),
         };
         Ok((rejection, behind))
+    }
+
+    /// Passes a partial of `key` to the engine (see [`crate::windowing::fold`]); `ts` is its
+    /// latest event time and `earliest` its earliest. `Ok((late, behind))`: `late` holds the
+    /// watermark when its events are late (all of them are: they share their windows; each
+    /// one's dead letter is [`Rejection::late`]), `behind` how far behind the watermark its
+    /// earliest event was, if it was.
+    pub fn merge_partial(
+        &mut self,
+        key: &str,
+        ts: i64,
+        earliest: i64,
+        partial: &Acc,
+    ) -> Result<(Option<i64>, Option<i64>), EngineError> {
+        let wm = self.engine.watermark();
+        let behind = (wm != i64::MIN && earliest < wm).then(|| wm - earliest);
+        let late = match self.engine.merge_partial(key, ts, partial)? {
+            Admission::Accepted => None,
+            Admission::Late { watermark } => Some(watermark),
+        };
+        Ok((late, behind))
     }
 
     /// Takes a source's report and moves the watermark to what the sources say at `now`.

@@ -14,7 +14,7 @@
 //!   per-key cursor that fires windows in order from a running aggregate;
 //! * session: per-key sessions that merge, with retractions for superseded windows that had fired.
 
-use super::aggregate::{retractable, Acc, AggSpec, Output};
+use super::aggregate::{retractable, Acc, AggSpec, Output, Value};
 use super::assigner::{SliceGrid, Window, WindowKind};
 use super::cache::PartitionState;
 use super::changes::Changes;
@@ -108,6 +108,9 @@ pub enum EngineError {
     /// The state store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A partial was handed to an engine whose windows cannot take one (sessions).
+    #[error("a partial aggregate cannot be merged into {0} windows")]
+    PartialNotMergeable(&'static str),
 }
 
 /// Counters kept by the engine.
@@ -248,13 +251,40 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-/// Adds an element's values to a window and counts it as pending (not yet in a pane).
-fn add(st: &mut WinState, aggs: &[AggSpec], ev: &Event, acc: Accumulation) {
-    st.total.add(aggs, &ev.values, ev.ts);
-    if acc == Accumulation::Discarding {
-        st.pane.add(aggs, &ev.values, ev.ts);
+/// What one call adds to a key's windows: one event's input values, or a partial (the events of
+/// one key and one set of windows, folded before the repartition hop; see [`super::fold`]).
+#[derive(Debug, Clone, Copy)]
+enum Element<'a> {
+    One(&'a [Value]),
+    Folded(&'a Acc),
+}
+
+impl Element<'_> {
+    /// Adds the element (or every event of the partial) to `acc`; `ts` is an event's time.
+    fn add_to(self, acc: &mut Acc, aggs: &[AggSpec], ts: i64) {
+        match self {
+            Element::One(values) => acc.add(aggs, values, ts),
+            Element::Folded(partial) => acc.merge(partial),
+        }
     }
-    st.pending = st.pending.saturating_add(1);
+
+    /// How many events it holds.
+    fn count(self) -> u64 {
+        match self {
+            Element::One(_) => 1,
+            Element::Folded(partial) => partial.count,
+        }
+    }
+}
+
+/// Adds an element to a window and counts its events as pending (not yet in a pane).
+fn add(st: &mut WinState, aggs: &[AggSpec], el: Element<'_>, ts: i64, acc: Accumulation) {
+    el.add_to(&mut st.total, aggs, ts);
+    if acc == Accumulation::Discarding {
+        el.add_to(&mut st.pane, aggs, ts);
+    }
+    let n = u32::try_from(el.count()).unwrap_or(u32::MAX);
+    st.pending = st.pending.saturating_add(n);
 }
 
 impl Engine {
@@ -372,13 +402,38 @@ impl Engine {
     /// Adds an event to its windows, firing LATE panes as the trigger says.
     pub fn process(&mut self, ev: &Event) -> Result<Admission, EngineError> {
         self.out.stats.events += 1;
+        let one = Element::One(&ev.values);
         let admission = match self.rules.layout {
-            Layout::PerWindow => self.process_per_window(ev)?,
-            Layout::Sliced(g) => self.process_sliced(ev, g)?,
+            Layout::PerWindow => self.process_per_window(&ev.key, ev.ts, one)?,
+            Layout::Sliced(g) => self.process_sliced(&ev.key, ev.ts, one, g)?,
             Layout::Session { gap } => self.process_session(ev, gap)?,
         };
         if let Admission::Late { .. } = admission {
             self.out.stats.late += 1;
+        }
+        Ok(admission)
+    }
+
+    /// Merges a partial of `key` into its windows: the events of one set of windows, folded in
+    /// input order, the latest at event time `ts` (see [`super::fold`]). It is admitted or late
+    /// as a whole, as each of its events would be: they share their windows. A partial whose
+    /// windows the watermark has passed fires one LATE pane where its events would have fired
+    /// one each. Session windows take no partials.
+    pub fn merge_partial(
+        &mut self,
+        key: &str,
+        ts: i64,
+        partial: &Acc,
+    ) -> Result<Admission, EngineError> {
+        self.out.stats.events += partial.count;
+        let folded = Element::Folded(partial);
+        let admission = match self.rules.layout {
+            Layout::PerWindow => self.process_per_window(key, ts, folded)?,
+            Layout::Sliced(g) => self.process_sliced(key, ts, folded, g)?,
+            Layout::Session { .. } => return Err(EngineError::PartialNotMergeable("session")),
+        };
+        if let Admission::Late { .. } = admission {
+            self.out.stats.late += partial.count;
         }
         Ok(admission)
     }
@@ -395,13 +450,18 @@ impl Engine {
         self.scratch = changes;
     }
 
-    fn process_per_window(&mut self, ev: &Event) -> Result<Admission, EngineError> {
+    fn process_per_window(
+        &mut self,
+        key: &str,
+        ts: i64,
+        el: Element<'_>,
+    ) -> Result<Admission, EngineError> {
         let aggs = self.aggs.clone();
         let (wm, now, l) = (self.wm, self.now, self.rules.lateness);
         let trigger = self.trigger;
         let rules = self.rules;
         let mut timers = std::mem::take(&mut self.scratch);
-        let ks = self.state.key_mut(&ev.key, &rules)?;
+        let ks = self.state.key_mut(key, &rules)?;
         let mut accepted = false;
         let idle_expiry = matches!(
             rules.window,
@@ -409,7 +469,7 @@ impl Engine {
                 idle_expiry: Some(_)
             }
         );
-        for w in rules.window.assign(ev.ts) {
+        for w in rules.window.assign(ts) {
             if wm >= w.end.saturating_add(l) {
                 continue; // expired
             }
@@ -428,18 +488,18 @@ impl Engine {
                 None
             };
             let old_proc = st.early_deadline;
-            add(st, &aggs, ev, trigger.accumulation);
+            add(st, &aggs, el, ts, trigger.accumulation);
             if w.is_global() && idle_expiry {
-                st.last_ts = Some(st.last_ts.map_or(ev.ts, |t| t.max(ev.ts)));
+                st.last_ts = Some(st.last_ts.map_or(ts, |t| t.max(ts)));
             }
             if passed && !existed {
                 // The window's first element came after the watermark passed its end: its
                 // on-time trigger is satisfied, so it fires a LATE pane at once (Beam Java and
                 // Python agree); `late_count` governs the late panes after that one.
-                self.out.window_pane(&ev.key, w, Timing::Late, st, false);
+                self.out.window_pane(key, w, Timing::Late, st, false);
             } else {
                 self.out
-                    .after_element(&ev.key, w, passed, st, false, &trigger, now);
+                    .after_element(key, w, passed, st, false, &trigger, now);
             }
             // A global window's idle expiry moves with nearly every element; its timer stays
             // where it is, at or before the expiry, and `on_expire` moves it on when it comes
@@ -451,7 +511,7 @@ impl Engine {
             };
             timers.push((w, old_ev, new_ev, old_proc, st.early_deadline));
         }
-        self.apply_timer_changes(&ev.key, timers);
+        self.apply_timer_changes(key, timers);
         Ok(if accepted {
             Admission::Accepted
         } else {
@@ -490,7 +550,13 @@ impl Engine {
             // The event falls inside an existing session without extending it.
             let st = ks.windows.get_mut(&merged).expect("listed above");
             let old = (rules.window_timer(&merged, st), st.early_deadline);
-            add(st, &aggs, ev, trigger.accumulation);
+            add(
+                st,
+                &aggs,
+                Element::One(&ev.values),
+                ev.ts,
+                trigger.accumulation,
+            );
             self.out
                 .after_element(&ev.key, merged, passed, st, true, &trigger, now);
             timers.push((
@@ -533,7 +599,13 @@ impl Engine {
                 // Superseded panes were retracted, so the merged window's first pane holds everything.
                 st.pane = st.total.clone();
             }
-            add(&mut st, &aggs, ev, trigger.accumulation);
+            add(
+                &mut st,
+                &aggs,
+                Element::One(&ev.values),
+                ev.ts,
+                trigger.accumulation,
+            );
             if !passed {
                 // The earliest deadline of the merged windows' open panes carries over.
                 st.early_deadline = deadline;
@@ -554,12 +626,18 @@ impl Engine {
         Ok(Admission::Accepted)
     }
 
-    fn process_sliced(&mut self, ev: &Event, g: SliceGrid) -> Result<Admission, EngineError> {
+    fn process_sliced(
+        &mut self,
+        key: &str,
+        ts: i64,
+        el: Element<'_>,
+        g: SliceGrid,
+    ) -> Result<Admission, EngineError> {
         let aggs = self.aggs.clone();
         let (wm, l) = (self.wm, self.rules.lateness);
         let trigger = self.trigger;
         let rules = self.rules;
-        let a = g.slice_start(ev.ts);
+        let a = g.slice_start(ts);
         let (first_end, last_end) = (g.first_end(a), g.last_end(a));
         if wm >= last_end.saturating_add(l) {
             return Ok(self.late());
@@ -571,7 +649,7 @@ impl Engine {
             g.end_after(wm)
         };
         let has_open = open_from <= last_end;
-        let ks = self.state.key_mut(&ev.key, &rules)?;
+        let ks = self.state.key_mut(key, &rules)?;
         // The passed, unexpired windows of this slice: with late firing `none` only those without
         // any element yet fire (once, LATE); the others fired their final pane.
         let passed = (wm >= first_end).then(|| {
@@ -591,13 +669,13 @@ impl Engine {
         {
             return Ok(self.late());
         }
-        ks.slices.get_or_default(a).add(&aggs, &ev.values, ev.ts);
+        el.add_to(ks.slices.get_or_default(a), &aggs, ts);
         ks.touch_slice(a);
         let cursor = ks.cursor.get_or_insert_with(Cursor::default);
         let mut late_fired = false;
         if let Some(r) = cursor.running.as_mut() {
             if r.lo <= a && a < r.end {
-                r.acc.add(&aggs, &ev.values, ev.ts);
+                el.add_to(&mut r.acc, &aggs, ts);
             }
         }
         if has_open {
@@ -608,8 +686,8 @@ impl Engine {
         for e in passed_ends() {
             let w = Window::new(e - g.size, e);
             let total = window_total(&ks.slices, w.start, w.end);
-            // The event is in the slices already: a count of 1 means it is the first.
-            if trigger.late == LateFiring::None && total.count != 1 {
+            // The element is in the slices already: a count of its own means it is the first.
+            if trigger.late == LateFiring::None && total.count != el.count() {
                 continue;
             }
             let cursor = ks.cursor.as_mut().expect("created above");
@@ -617,16 +695,16 @@ impl Engine {
                 .late_panes
                 .get(&e)
                 .copied()
-                .unwrap_or(if total.count > 1 { 1 } else { 0 });
+                .unwrap_or(if total.count > el.count() { 1 } else { 0 });
             let content = match trigger.accumulation {
                 Accumulation::Accumulating => total,
                 Accumulation::Discarding => {
                     let mut one = Acc::default();
-                    one.add(&aggs, &ev.values, ev.ts);
+                    el.add_to(&mut one, &aggs, ts);
                     one
                 }
             };
-            self.out.push(&ev.key, w, Timing::Late, index, &content);
+            self.out.push(key, w, Timing::Late, index, &content);
             cursor.late_panes.insert(e, index + 1);
             late_fired = true;
         }
@@ -637,7 +715,7 @@ impl Engine {
         let service = rules.key_service_time(ks);
         let cursor = ks.cursor.as_mut().expect("created above");
         let old = std::mem::replace(&mut cursor.scheduled, service);
-        self.set_service_timer(&ev.key, old, service);
+        self.set_service_timer(key, old, service);
         Ok(Admission::Accepted)
     }
 

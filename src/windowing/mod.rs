@@ -17,7 +17,9 @@
 //! * [`timers`] — the event-time and processing-time timer indexes;
 //! * [`cache`] — a partition's typed write-back cache of key states over the state store, with
 //!   its timers; flushing it yields the changelog of the flush;
-//! * [`engine`] — the engine that ties them together and fires panes.
+//! * [`engine`] — the engine that ties them together and fires panes;
+//! * [`fold`] — partials: the events of one key and one set of windows folded together before
+//!   the repartition hop, which the engine merges whole.
 //!
 //! The modules form layers: `engine` calls `cache`, `rules`, `timers` and `keystate`; `cache`
 //! calls `entry`, `rules` and `timers`; none of them calls back up.
@@ -28,6 +30,7 @@ pub mod cache;
 pub mod changes;
 pub mod engine;
 pub mod entry;
+pub mod fold;
 pub mod keystate;
 pub mod rules;
 pub mod spec;
