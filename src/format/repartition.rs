@@ -26,6 +26,18 @@
 //! source topic index u16 | source partition i32 | source offset i64 | appended i64 | m u8 |
 //! m values` (version 1: `f64` values).
 //!
+//! **Partial records** carry partials ([`crate::windowing::fold`]): the events of one key and one
+//! set of windows from one input partition, folded into one accumulator by the first stage. They
+//! have no key, and their partition is [`partition_for`] of each partial's key. Their value:
+//!
+//! `2 | kind 4 | n u32 | n entries`, each entry `key length u16 | key (UTF-8) | source topic
+//! index u16 | source partition i32 | appended i64 | latest event time i64 | m varint | first
+//! offset i64 | first event time i64 | m - 1 × (offset delta varint, event time delta zigzag
+//! varint) | accumulator length varint | accumulator` (the accumulator as
+//! [`crate::windowing::aggregate::Acc::encode`] writes it; offsets ascend). A partial of 100
+//! events costs about 3 bytes per event besides its accumulator, where 100 event entries cost
+//! 40 bytes or more each.
+//!
 //! **Watermark records** carry watermark reports of sources
 //! ([`crate::windowing::watermark::SourceWatermark`]): at each commit, a first stage writes one
 //! record to every repartition partition, after the data it covers, holding the reports of all
@@ -41,7 +53,8 @@
 //! A source topic is named by its index in the pipeline's sorted list of input topics, which is
 //! part of the pipeline fingerprint, so both stages always agree on it.
 
-use crate::windowing::aggregate::value::{get_value, put_value, Value};
+use crate::windowing::aggregate::value::{get_value, get_varint, put_value, put_varint, Value};
+use crate::windowing::fold::Partial;
 use crate::windowing::spec::Event;
 use crate::windowing::watermark::SourceWatermark;
 
@@ -56,6 +69,8 @@ const KIND_WATERMARK: u8 = 1;
 const KIND_WATERMARKS: u8 = 2;
 /// Many events.
 const KIND_EVENTS: u8 = 3;
+/// Many partials.
+const KIND_PARTIALS: u8 = 4;
 
 /// Where a record came from: an input topic (by index), partition and offset, and when it was
 /// appended there.
@@ -81,6 +96,8 @@ pub enum HopRecord {
     Watermarks(Vec<(Origin, SourceWatermark)>),
     /// The events of a packed record and the input records they came from, in the order written.
     Events(Vec<(Event, Origin)>),
+    /// The partials of a partial record, in the order written.
+    Partials(Vec<PartialRecord>),
 }
 
 /// Why a repartition record does not decode (it was not written by the first stage).
@@ -92,6 +109,17 @@ impl HopError {
     /// A record without a value.
     pub fn missing_value() -> HopError {
         HopError("no value".into())
+    }
+
+    /// A record naming an input topic the pipeline does not have.
+    pub fn unknown_source() -> HopError {
+        HopError("a record of an unknown source".into())
+    }
+
+    /// A partial whose accumulator does not decode with the pipeline's aggregations, or does
+    /// not hold as many events as it lists.
+    pub fn bad_partial() -> HopError {
+        HopError("a partial whose accumulator does not match its events".into())
     }
 }
 
@@ -228,6 +256,157 @@ impl<'a> PackReader<'a> {
     }
 }
 
+/// A packed partial record being built (see the module documentation): partials are
+/// appended, and [`PartialPack::finish`] gives the value to write.
+#[derive(Debug, Clone)]
+pub struct PartialPack {
+    buf: Vec<u8>,
+    partials: u32,
+}
+
+impl Default for PartialPack {
+    fn default() -> PartialPack {
+        let mut buf = Vec::with_capacity(PACK_BYTES + 256);
+        buf.extend_from_slice(&[EVENTS_VERSION, KIND_PARTIALS, 0, 0, 0, 0]);
+        PartialPack { buf, partials: 0 }
+    }
+}
+
+impl PartialPack {
+    /// Appends a partial of input partition `partition` of input topic `topic` (by index).
+    pub fn push(&mut self, p: &Partial, topic: u16, partition: i32) {
+        let key = p.key.as_bytes();
+        let key_len = u16::try_from(key.len()).expect("grouping keys are shorter than 64 KiB");
+        let Some((&(first_offset, first_ts), rest)) = p.events.split_first() else {
+            return; // a partial always holds an event; an empty one says nothing
+        };
+        self.buf.extend_from_slice(&key_len.to_le_bytes());
+        self.buf.extend_from_slice(key);
+        self.buf.extend_from_slice(&topic.to_le_bytes());
+        self.buf.extend_from_slice(&partition.to_le_bytes());
+        self.buf.extend_from_slice(&p.appended.to_le_bytes());
+        self.buf.extend_from_slice(&p.ts.to_le_bytes());
+        put_varint(&mut self.buf, p.events.len() as u64);
+        self.buf.extend_from_slice(&first_offset.to_le_bytes());
+        self.buf.extend_from_slice(&first_ts.to_le_bytes());
+        let (mut offset, mut ts) = (first_offset, first_ts);
+        for &(o, t) in rest {
+            put_varint(&mut self.buf, o.wrapping_sub(offset) as u64);
+            put_varint(&mut self.buf, zigzag(t.wrapping_sub(ts)));
+            (offset, ts) = (o, t);
+        }
+        let mut acc = Vec::new();
+        p.acc.encode(&mut acc);
+        put_varint(&mut self.buf, acc.len() as u64);
+        self.buf.extend_from_slice(&acc);
+        self.partials += 1;
+    }
+
+    /// Whether it holds no partial.
+    pub fn is_empty(&self) -> bool {
+        self.partials == 0
+    }
+
+    /// Whether it is full enough to be written now.
+    pub fn is_full(&self) -> bool {
+        self.buf.len() >= PACK_BYTES
+    }
+
+    /// The record's value, with the count written in.
+    pub fn finish(&mut self) -> &[u8] {
+        self.buf[2..6].copy_from_slice(&self.partials.to_le_bytes());
+        &self.buf
+    }
+
+    /// Empties it for the next pack, keeping its buffer.
+    pub fn clear(&mut self) {
+        self.buf.truncate(6);
+        self.partials = 0;
+    }
+}
+
+fn zigzag(n: i64) -> u64 {
+    ((n << 1) ^ (n >> 63)) as u64
+}
+
+fn unzigzag(n: u64) -> i64 {
+    ((n >> 1) as i64) ^ -((n & 1) as i64)
+}
+
+/// One partial of a partial record, read back: its key, the input partition its events came
+/// from, their offsets and event times, and its accumulator in saved form (decoded with the
+/// pipeline's aggregations by [`crate::windowing::aggregate::Acc::decode`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartialRecord {
+    /// The grouping key.
+    pub key: String,
+    /// The input partition (its offset unused: 0) and the latest append time of its events.
+    pub origin: Origin,
+    /// The latest event time.
+    pub ts: i64,
+    /// Each event's offset and event time, in input order.
+    pub events: Vec<(i64, i64)>,
+    /// The accumulator's saved form.
+    pub acc: Vec<u8>,
+}
+
+/// Reads every partial of a partial record's value (one [`decode_into`] accepted as
+/// [`Decoded::Partials`]).
+pub fn read_partials(value: &[u8]) -> Result<Vec<PartialRecord>, HopError> {
+    let mut r = Reader(value);
+    let version = r.u8()?;
+    if version != EVENTS_VERSION || r.u8()? != KIND_PARTIALS {
+        return Err(HopError("not a partial record".into()));
+    }
+    let n = r.u32()?;
+    let mut out = Vec::with_capacity(n.min(1 << 16) as usize);
+    let bad = || HopError("truncated partial".into());
+    for _ in 0..n {
+        let key_len = usize::from(r.u16()?);
+        if r.0.len() < key_len {
+            return Err(bad());
+        }
+        let (key, rest) = r.0.split_at(key_len);
+        r.0 = rest;
+        let key = std::str::from_utf8(key).map_err(|_| HopError("the key is not UTF-8".into()))?;
+        let (topic, partition, appended, ts) = (r.u16()?, r.i32()?, r.i64()?, r.i64()?);
+        let m = get_varint(&mut r.0).ok_or_else(bad)?;
+        if m == 0 || m > r.0.len() as u64 {
+            return Err(HopError("a partial without events".into()));
+        }
+        let mut events = Vec::with_capacity(m as usize);
+        let (mut offset, mut t) = (r.i64()?, r.i64()?);
+        events.push((offset, t));
+        for _ in 1..m {
+            offset = offset.wrapping_add(get_varint(&mut r.0).ok_or_else(bad)? as i64);
+            t = t.wrapping_add(unzigzag(get_varint(&mut r.0).ok_or_else(bad)?));
+            events.push((offset, t));
+        }
+        let len = usize::try_from(get_varint(&mut r.0).ok_or_else(bad)?).map_err(|_| bad())?;
+        if r.0.len() < len {
+            return Err(bad());
+        }
+        let (acc, rest) = r.0.split_at(len);
+        r.0 = rest;
+        out.push(PartialRecord {
+            key: key.to_string(),
+            origin: Origin {
+                topic,
+                partition,
+                offset: 0,
+                appended,
+            },
+            ts,
+            events,
+            acc: acc.to_vec(),
+        });
+    }
+    if !r.0.is_empty() {
+        return Err(HopError("trailing bytes".into()));
+    }
+    Ok(out)
+}
+
 /// The most reports one watermark record holds.
 pub const MAX_REPORTS: usize = u16::MAX as usize;
 
@@ -350,6 +529,8 @@ pub enum Decoded {
         /// The largest source topic index among them (0 when there are none).
         max_topic: u16,
     },
+    /// A partial record: read its partials with [`read_partials`] (not checked here).
+    Partials,
 }
 
 /// Decodes a repartition record from its key and value.
@@ -367,6 +548,7 @@ pub fn decode(key: Option<&[u8]>, value: &[u8]) -> Result<HopRecord, HopError> {
             }
             HopRecord::Events(events)
         }
+        Decoded::Partials => HopRecord::Partials(read_partials(value)?),
     })
 }
 
@@ -420,6 +602,7 @@ pub fn decode_into(
             }
             return Ok(Decoded::Events { count, max_topic });
         }
+        KIND_PARTIALS if version == EVENTS_VERSION => return Ok(Decoded::Partials),
         other => return Err(HopError(format!("unknown kind {other}"))),
     };
     if !r.0.is_empty() {
@@ -570,6 +753,54 @@ mod tests {
             decode(None, pack.finish()),
             Ok(HopRecord::Events(vec![events[2].clone()]))
         );
+    }
+
+    #[test]
+    fn partials_round_trip_with_their_events() {
+        use crate::windowing::aggregate::{Acc, AggSpec};
+        let aggs = [AggSpec::new("s", "sum", Some(0))];
+        let mut acc = Acc::default();
+        let events = vec![
+            (5, 1_000),
+            (6, 990),
+            (9, 1_700_000_000_000),
+            (4_000_000_000, -5),
+        ];
+        for (i, &(_, ts)) in events.iter().enumerate() {
+            acc.add(&aggs, &[Value::Int(i as i64)], ts);
+        }
+        let p = Partial {
+            key: "k\u{0}é".into(),
+            acc: acc.clone(),
+            events: events.clone(),
+            ts: 1_700_000_000_000,
+            appended: 77,
+        };
+        let mut pack = PartialPack::default();
+        assert!(pack.is_empty());
+        pack.push(&p, 2, 9);
+        pack.push(&p, 0, 1);
+        let value = pack.finish().to_vec();
+        let mut ev = Event::default();
+        let mut reports = Vec::new();
+        assert_eq!(
+            decode_into(None, &value, &mut ev, &mut reports),
+            Ok(Decoded::Partials)
+        );
+        let read = read_partials(&value).unwrap();
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[0].key, p.key);
+        assert_eq!(read[0].events, events);
+        assert_eq!((read[0].ts, read[0].origin.appended), (p.ts, 77));
+        assert_eq!((read[0].origin.topic, read[0].origin.partition), (2, 9));
+        assert_eq!((read[1].origin.topic, read[1].origin.partition), (0, 1));
+        let back = Acc::decode(&aggs, &mut read[0].acc.as_slice(), false).unwrap();
+        assert_eq!(back, acc);
+        for cut in [1, 7, value.len() - 1] {
+            assert!(read_partials(&value[..cut]).is_err(), "cut at {cut}");
+        }
+        pack.clear();
+        assert!(pack.is_empty());
     }
 
     #[test]

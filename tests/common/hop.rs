@@ -292,6 +292,27 @@ pub fn wait_for_first_pane(broker: &str, who: &str) {
     }
 }
 
+/// What crossed the committed repartition topic of the pipeline `hop`: events one by one,
+/// partials, and the input records the partials stand for.
+pub fn crossed(broker: &str) -> (usize, usize, usize) {
+    use tidemark::format::repartition::{decode, HopRecord};
+    let log = tidemark::kafka::raw_log::read_topic(broker, "hop-repartition").unwrap();
+    let (mut events, mut partials, mut folded) = (0, 0, 0);
+    for r in &log.committed {
+        match decode(r.key.as_deref(), r.value.as_deref().unwrap_or_default()) {
+            Ok(HopRecord::Event(..)) => events += 1,
+            Ok(HopRecord::Events(evs)) => events += evs.len(),
+            Ok(HopRecord::Partials(ps)) => {
+                partials += ps.len();
+                folded += ps.iter().map(|p| p.events.len()).sum::<usize>();
+            }
+            Ok(HopRecord::Watermarks(_)) => {}
+            Err(e) => panic!("a repartition record does not decode: {e}"),
+        }
+    }
+    (events, partials, folded)
+}
+
 /// Reads the output and dead-letter topics' committed records.
 pub fn committed(broker: &str) -> Committed {
     committed_in(broker, None)
@@ -536,6 +557,20 @@ pub fn dump(broker: &str, dir: &std::path::Path, topics: &[&str]) {
                             " event [{} {} t{}/{}@{}]",
                             ev.key, ev.ts, o.topic, o.partition, o.offset
                         );
+                    }
+                    Ok(tidemark::format::repartition::HopRecord::Partials(partials)) => {
+                        let _ = write!(text, " partials={}:", partials.len());
+                        for p in partials {
+                            let _ = write!(
+                                text,
+                                " [{} {} t{}/{}@{:?}]",
+                                p.key,
+                                p.ts,
+                                p.origin.topic,
+                                p.origin.partition,
+                                p.events.iter().map(|e| e.0).collect::<Vec<_>>()
+                            );
+                        }
                     }
                     Ok(tidemark::format::repartition::HopRecord::Watermarks(reports)) => {
                         let _ = write!(text, " watermarks:");
