@@ -95,6 +95,19 @@ pub const RECOMMENDED_MEMBERS: &str = "tidemark_recommended_members";
 /// carrying watermarks through the log costs. They are also in `tidemark_records_in_total` of the
 /// repartition topic.
 pub const HOP_WATERMARK_RECORDS: &str = "tidemark_hop_watermark_records_total";
+/// Bytes of the records the hop's first stage wrote to the repartition topic (committed; record
+/// values: events, partials and watermark reports).
+pub const HOP_BYTES: &str = "tidemark_hop_bytes_total";
+/// Partial aggregates the hop's first stage wrote (committed): each stands for the records of one
+/// key and one set of windows from one input partition in one commit cycle.
+pub const HOP_PARTIALS: &str = "tidemark_hop_partials_total";
+/// Input records the hop's first stage folded into partial aggregates (committed), instead of
+/// sending each across the hop.
+pub const HOP_RECORDS_FOLDED: &str = "tidemark_hop_records_folded_total";
+/// Partial aggregates the second stage found behind its watermark (an input that was idle came
+/// back behind the others): merged whole, one LATE pane for all their records, or, expired,
+/// dead-lettered record by record.
+pub const HOP_LATE_PARTIALS: &str = "tidemark_hop_late_partials_total";
 /// PostgreSQL sink: pane rows written; label `outcome` (`upserted`, `superseded` = skipped because
 /// the table holds a higher `(epoch, pane_index)`, `deleted` by a RETRACT).
 pub const SINK_ROWS: &str = "tidemark_sink_rows_total";
@@ -139,6 +152,10 @@ pub const ALL: &[&str] = &[
     ASSIGNOR_FALLBACKS,
     MEMBERSHIP_MOVES,
     HOP_WATERMARK_RECORDS,
+    HOP_BYTES,
+    HOP_PARTIALS,
+    HOP_RECORDS_FOLDED,
+    HOP_LATE_PARTIALS,
     SINK_ROWS,
     SINK_DEAD_LETTERS,
     SINK_BATCH_DURATION,
@@ -197,6 +214,23 @@ pub fn describe() {
     describe_counter!(
         HOP_WATERMARK_RECORDS,
         "Watermark records of the repartition hop applied by the second stage."
+    );
+    describe_counter!(
+        HOP_BYTES,
+        Unit::Bytes,
+        "Bytes of the records the repartition hop's first stage wrote to the repartition topic."
+    );
+    describe_counter!(
+        HOP_PARTIALS,
+        "Partial aggregates the repartition hop's first stage wrote."
+    );
+    describe_counter!(
+        HOP_RECORDS_FOLDED,
+        "Input records the repartition hop's first stage folded into partial aggregates."
+    );
+    describe_counter!(
+        HOP_LATE_PARTIALS,
+        "Partial aggregates the repartition hop's second stage found behind its watermark."
     );
     describe_gauge!(WATERMARK, Unit::Seconds, "Watermark per input partition.");
     describe_gauge!(

@@ -49,7 +49,16 @@ fn wait_for_windows(broker: &str, s: &HopScenario, secs: u64) {
     }
 }
 
-fn exactly(broker: &Broker, topics: &[(&str, i32)], keys: Keys, seed: u64, replay: bool) {
+/// Runs a scenario through one member and judges it against `simulate`; returns what crossed
+/// the repartition topic (see [`hop::crossed`]).
+fn exactly(
+    broker: &Broker,
+    topics: &[(&str, i32)],
+    keys: Keys,
+    seed: u64,
+    replay: bool,
+    extra: &str,
+) -> (usize, usize, usize) {
     hop::create_topics(broker, topics);
     let dir = tempfile::tempdir().unwrap();
     let names: Vec<&str> = topics.iter().map(|(t, _)| *t).collect();
@@ -59,7 +68,7 @@ fn exactly(broker: &Broker, topics: &[(&str, i32)], keys: Keys, seed: u64, repla
         "m1",
         &names,
         "idle_timeout = \"1s\"",
-        "",
+        extra,
     );
     let cfg = write(dir.path(), "pipeline", &text);
     let s = HopScenario::generate(topics, 3_000, keys, false, seed);
@@ -79,8 +88,9 @@ fn exactly(broker: &Broker, topics: &[(&str, i32)], keys: Keys, seed: u64, repla
         std::fs::read_to_string(&log).unwrap_or_default()
     );
     assert!(!got.panes.is_empty());
+    let crossed = hop::crossed(&broker.addr);
     if !replay {
-        return;
+        return crossed;
     }
     // A replay of both stages: the new epoch equals simulate again.
     let out = run_tidemark("replay", &cfg, &["--to-earliest"]);
@@ -100,18 +110,40 @@ fn exactly(broker: &Broker, topics: &[(&str, i32)], keys: Keys, seed: u64, repla
         std::thread::sleep(Duration::from_millis(500));
     }
     assert!(stop_member(member).success());
+    crossed
 }
 
 #[test]
 fn a_null_keyed_topic_is_grouped_by_the_field_and_a_replay_equals_simulate_again() {
     let broker = Broker::start();
-    exactly(&broker, &[("clicks", 3)], Keys::Null, 11, true);
+    let (events, partials, folded) = exactly(&broker, &[("clicks", 3)], Keys::Null, 11, true, "");
+    eprintln!("crossed: {events} events, {partials} partials of {folded} records");
+    // The backlog is read in full cycles: most records cross folded, many to a partial.
+    assert!(
+        partials > 0 && folded > events && folded > partials,
+        "events {events}, partials {partials} of {folded} records"
+    );
 }
 
 #[test]
 fn a_topic_keyed_by_another_field_is_grouped_by_the_grouping_field() {
     let broker = Broker::start();
-    exactly(&broker, &[("clicks", 4)], Keys::OtherField, 12, false);
+    exactly(&broker, &[("clicks", 4)], Keys::OtherField, 12, false, "");
+}
+
+#[test]
+fn with_combine_off_records_cross_the_hop_one_by_one_with_the_same_panes() {
+    let broker = Broker::start();
+    let (events, partials, folded) = exactly(
+        &broker,
+        &[("clicks", 3)],
+        Keys::Null,
+        11,
+        false,
+        "combine = false",
+    );
+    assert_eq!((partials, folded), (0, 0), "{events} events crossed");
+    assert!(events > 0);
 }
 
 #[test]

@@ -223,14 +223,21 @@ pub fn plan(spec: &PipelineSpec) -> String {
             "topology",
             if k.repartition {
                 format!(
-                    "hop: decode, filter and key by input partition, then {} ({}) to the windows{}",
+                    "hop: decode, filter and key by input partition, then {} ({}) to the windows; {}{}",
                     k.repartition_topic,
                     k.repartition_partitions
                         .map_or("as many partitions as the largest input".to_string(), |n| {
                             format!("{n} partitions")
                         }),
-                    if input.key.is_empty() {
+                    match crate::windowing::fold::unsupported(e) {
+                        _ if !k.combine => "records cross it one by one (combine = false)".to_string(),
+                        Some(why) => format!("records cross it one by one ({why})"),
+                        None => "partial aggregates cross it: one per key, window and input partition each commit".to_string(),
+                    },
+                    if input.key.is_empty() && (!k.combine || crate::windowing::fold::unsupported(e).is_some()) {
                         "; without a key every record goes to one partition"
+                    } else if input.key.is_empty() {
+                        "; without a key every partial goes to one partition"
                     } else {
                         ""
                     }

@@ -79,6 +79,9 @@ impl RawConfig {
                 "applies with repartition = true only",
             );
         }
+        if !repartition && k.combine.is_some() {
+            c.fail("kafka.combine", "applies with repartition = true only");
+        }
         if matches!(k.repartition_partitions, Some(n) if n < 1) {
             c.fail("kafka.repartition_partitions", "must be at least 1");
         }
@@ -224,6 +227,7 @@ impl RawConfig {
             instance_id,
             input_topics: inputs,
             repartition,
+            combine: k.combine.unwrap_or(true),
             repartition_topic,
             repartition_partitions: k.repartition_partitions,
             offsets_topic,

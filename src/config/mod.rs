@@ -176,6 +176,12 @@ pub struct RawKafka {
     /// (`key_mismatch`). Only for a single input topic.
     #[serde(default)]
     pub repartition: Option<bool>,
+    /// Whether the hop's first stage folds the records of one key and one set of windows within
+    /// a commit cycle into one partial aggregate and sends partials across the hop instead of
+    /// records (default true; session windows and triggers that count records always send
+    /// records).
+    #[serde(default)]
+    pub combine: Option<bool>,
     /// The repartition topic (default `<application_id>-repartition`).
     #[serde(default)]
     pub repartition_topic: Option<String>,
@@ -246,6 +252,9 @@ pub struct KafkaSpec {
     /// Whether records go through the repartition hop; `false`: the input is partitioned by the
     /// grouping key already (checked per record).
     pub repartition: bool,
+    /// Whether partial aggregates cross the hop instead of records, where the pipeline allows
+    /// (see [`crate::windowing::fold`]).
+    pub combine: bool,
     /// The repartition topic.
     pub repartition_topic: String,
     /// Partitions of the repartition topic when tidemark creates it (`None`: the largest input

@@ -32,10 +32,18 @@ impl RawConfig {
         let (Some(window), Some(timing), Some(input)) = (window, timing, input) else {
             unreachable!("every None above recorded a violation")
         };
+        let engine = timing.into_engine(self.name.clone(), window, aggregations);
+        if self.kafka.as_ref().and_then(|k| k.combine) == Some(true) {
+            if let Some(why) = crate::windowing::fold::unsupported(&engine) {
+                c.warnings.push(format!(
+                    "kafka.combine: {why}, so records cross the repartition hop one by one, not as partial aggregates"
+                ));
+            }
+        }
         Ok((
             PipelineSpec {
                 input,
-                engine: timing.into_engine(self.name.clone(), window, aggregations),
+                engine,
                 kafka: kafka.flatten(),
                 metrics_address,
                 avro_input: avro_input.flatten(),

@@ -293,6 +293,9 @@ impl Core {
             src.pending = None;
             // What the repartition topic holds from this member is uncertain now: write again.
             src.written = None;
+            if let Some(f) = src.folder.as_mut() {
+                f.clear();
+            }
             let Some(to) = src.committed_offset.or(src.first_seen) else {
                 continue;
             };

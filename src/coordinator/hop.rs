@@ -3,15 +3,20 @@
 //! **First stage** (one `Source` per owned input partition): each input record is decoded once
 //! and checked by the source's [`Front`](crate::pipeline::Front) (`malformed` and
 //! `future_timestamp` records are dead-lettered here, with their original bytes); an event is
-//! written to the repartition partition Kafka's default partitioner picks for its grouping key
-//! ([`crate::format::repartition`]). At each commit, the source's watermark report goes to every
+//! folded into its source's partial of its key and windows ([`crate::windowing::fold`]) when
+//! none of its windows can have passed the second stage's watermark by the time the partial
+//! gets there (the source's committed watermark report bounds that watermark while the source is
+//! not idle), and written alone otherwise, in either case to the repartition partition Kafka's
+//! default partitioner picks for its grouping key ([`crate::format::repartition`]). Partials are
+//! written at commit. At each commit, the source's watermark report goes to every
 //! repartition partition when it changed (after the data it covers: the same producer writes it
 //! later in the same transaction), and its offset marker to the offsets topic.
 //!
 //! **Second stage** (one `Part` per owned repartition partition): the repartition topic is read
 //! as a raw log (only records of committed transactions, resolved from their markers) from each
-//! partition's committed offset. Events go to the partition's [`Back`](crate::pipeline::Back),
-//! which may call them `late` (dead-lettered with their source topic, partition and offset);
+//! partition's committed offset. Events and partials go to the partition's
+//! [`Back`](crate::pipeline::Back), which may call them `late` (dead-lettered with their source
+//! topic, partition and offset; a partial's records one by one);
 //! watermark reports move its watermark (the minimum over the sources that are not idle).
 
 use super::errors::CycleError;
@@ -21,8 +26,10 @@ use crate::clock::wall_ms;
 use crate::format::dead_letter::DeadLetter;
 use crate::format::repartition::{self as wire, Decoded, Origin};
 use crate::kafka::raw_log::RawRecord;
-use crate::pipeline::{Checked, Reason};
+use crate::pipeline::{Checked, Reason, Rejection};
+use crate::windowing::aggregate::Acc;
 use crate::windowing::spec::Event;
+use crate::windowing::trigger::Timing;
 use crate::windowing::watermark::SourceWatermark;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::BaseRecord;
@@ -67,6 +74,15 @@ impl Core {
             Checked::Event(ev) => {
                 let appended = msg.timestamp().to_millis().unwrap_or(now);
                 src.last_appended = src.last_appended.max(appended);
+                // Folded into a partial where none of its windows can have passed the second
+                // stage's watermark when the partial gets there; sent as it is otherwise.
+                let bound = src.watermark_bound();
+                if let (Some(bound), Some(folder)) = (bound, src.folder.as_mut()) {
+                    if folder.admits(ev.ts, bound) {
+                        folder.fold(&ev.key, ev.ts, &ev.values, offset, appended);
+                        return Ok(());
+                    }
+                }
                 let origin = Origin {
                     topic,
                     partition: p,
@@ -118,9 +134,11 @@ impl Core {
         else {
             return Ok(());
         };
+        let value = pack.finish();
+        self.batch.hop_bytes += value.len() as u64;
         let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
             .partition(r)
-            .payload(pack.finish());
+            .payload(value);
         let sent = self.send(record);
         pack.clear();
         self.hop_packs[r as usize] = pack;
@@ -130,6 +148,61 @@ impl Core {
     /// Drops the events of the packs not written yet (their transaction aborts).
     pub(super) fn clear_packs(&mut self) {
         self.hop_packs.iter_mut().for_each(wire::Pack::clear);
+        self.hop_partials
+            .iter_mut()
+            .for_each(wire::PartialPack::clear);
+    }
+
+    /// Commit step 1, the first stage's partials: every source's, each to its key's repartition
+    /// partition.
+    fn send_partials(&mut self, partitions: i32) -> Result<(), CycleError> {
+        if self.hop_partials.len() < partitions as usize {
+            self.hop_partials
+                .resize_with(partitions as usize, Default::default);
+        }
+        let mut taken = Vec::new();
+        for (&(topic, p), src) in self.sources.iter_mut() {
+            if let Some(f) = src.folder.as_mut().filter(|f| f.events() > 0) {
+                taken.push((topic, p, f.take()));
+            }
+        }
+        for (topic, p, partials) in taken {
+            for partial in partials {
+                let r = wire::partition_for(partial.key.as_bytes(), partitions);
+                self.batch.partials += 1;
+                self.batch.folded += partial.acc.count;
+                let pack = &mut self.hop_partials[r as usize];
+                pack.push(&partial, topic, p);
+                if pack.is_full() {
+                    self.send_partial_pack(r)?;
+                }
+            }
+        }
+        for r in 0..partitions {
+            self.send_partial_pack(r)?;
+        }
+        Ok(())
+    }
+
+    /// Writes repartition partition `r`'s partial pack, if it holds partials, and empties it.
+    fn send_partial_pack(&mut self, r: i32) -> Result<(), CycleError> {
+        let Some(mut pack) = self
+            .hop_partials
+            .get_mut(r as usize)
+            .filter(|p| !p.is_empty())
+            .map(std::mem::take)
+        else {
+            return Ok(());
+        };
+        let value = pack.finish();
+        self.batch.hop_bytes += value.len() as u64;
+        let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
+            .partition(r)
+            .payload(value);
+        let sent = self.send(record);
+        pack.clear();
+        self.hop_partials[r as usize] = pack;
+        sent
     }
 
     /// Second stage: reads what committed on the owned repartition partitions since the last
@@ -213,6 +286,28 @@ impl Core {
                         .batch_in += extra;
                     self.batch_records += extra as usize;
                 }
+                Ok(Decoded::Partials) => {
+                    let value = r.value.as_deref().expect("decoded from it");
+                    match self.read_partials(value) {
+                        Ok(partials) => {
+                            let extra = partials
+                                .iter()
+                                .map(|(p, _)| p.events.len() as u64)
+                                .sum::<u64>()
+                                .saturating_sub(1);
+                            for (p, acc) in partials {
+                                self.second_stage_partial(r.partition, p, &acc, now)?;
+                            }
+                            // `records_in` and the batch count input records, not partials.
+                            self.parts
+                                .get_mut(&r.partition)
+                                .expect("checked above")
+                                .batch_in += extra;
+                            self.batch_records += extra as usize;
+                        }
+                        Err(e) => self.malformed_repartition_record(&r, e.to_string(), epoch)?,
+                    }
+                }
                 Ok(Decoded::Watermarks) if reports.iter().all(|(o, _)| known(o)) => {
                     self.batch.hop_watermarks += 1;
                     for (o, report) in reports.iter() {
@@ -236,31 +331,131 @@ impl Core {
                     }
                 }
                 decoded => {
-                    // Not written by a first stage of this pipeline: keep it, with its bytes.
                     let detail = match decoded {
                         Err(e) => e.to_string(),
                         Ok(_) => "a record of an unknown source".to_string(),
                     };
-                    let letter = DeadLetter {
-                        reason: Reason::Malformed.as_str().to_string(),
-                        topic: self.k.repartition_topic.clone(),
-                        partition: r.partition,
-                        offset: r.offset,
-                        watermark: None,
-                        late_by_ms: None,
-                        detail,
-                        epoch,
-                    };
-                    self.dead_letter(
-                        r.key.as_deref(),
-                        r.value.as_deref(),
-                        letter,
-                        Reason::Malformed.as_str(),
-                    )?;
+                    self.malformed_repartition_record(&r, detail, epoch)?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// Dead-letters a repartition record that no first stage of this pipeline wrote, with its
+    /// bytes.
+    fn malformed_repartition_record(
+        &mut self,
+        r: &RawRecord,
+        detail: String,
+        epoch: u64,
+    ) -> Result<(), CycleError> {
+        let letter = DeadLetter {
+            reason: Reason::Malformed.as_str().to_string(),
+            topic: self.k.repartition_topic.clone(),
+            partition: r.partition,
+            offset: r.offset,
+            watermark: None,
+            late_by_ms: None,
+            detail,
+            epoch,
+        };
+        self.dead_letter(
+            r.key.as_deref(),
+            r.value.as_deref(),
+            letter,
+            Reason::Malformed.as_str(),
+        )
+    }
+
+    /// The partials of a partial record with their accumulators decoded, all of them or an
+    /// error (a record is processed whole or not at all).
+    fn read_partials(
+        &self,
+        value: &[u8],
+    ) -> Result<Vec<(wire::PartialRecord, Acc)>, wire::HopError> {
+        let aggs = &self.spec.engine.aggregations;
+        let topics = self.k.input_topics.len();
+        wire::read_partials(value)?
+            .into_iter()
+            .map(|p| {
+                if usize::from(p.origin.topic) >= topics {
+                    return Err(wire::HopError::unknown_source());
+                }
+                let acc = Acc::decode(aggs, &mut p.acc.as_slice(), false)
+                    .filter(|a| a.count == p.events.len() as u64)
+                    .ok_or_else(wire::HopError::bad_partial)?;
+                Ok((p, acc))
+            })
+            .collect()
+    }
+
+    /// Second stage: one partial of repartition partition `p` (see
+    /// [`crate::windowing::fold`]). Merged whole; when its windows had expired, each of its
+    /// records is dead-lettered as late by its input coordinates, as it would have been alone.
+    fn second_stage_partial(
+        &mut self,
+        p: i32,
+        partial: wire::PartialRecord,
+        acc: &Acc,
+        now: i64,
+    ) -> Result<(), CycleError> {
+        let part = self.parts.get_mut(&p).expect("checked by the caller");
+        let epoch = part.epoch;
+        let back = part.step.back_mut();
+        let fatal = |e: crate::windowing::engine::EngineError| CycleError::Fatal(e.to_string());
+        back.clock(now).map_err(fatal)?;
+        let earliest = partial
+            .events
+            .iter()
+            .map(|&(_, t)| t)
+            .min()
+            .unwrap_or(partial.ts);
+        let (late, behind) = back
+            .merge_partial(&partial.key, partial.ts, earliest, acc)
+            .map_err(fatal)?;
+        let panes = back.take_panes();
+        if let Some(b) = behind {
+            self.lateness.record(b as f64 / 1000.0);
+        }
+        if late.is_some() || panes.iter().any(|p| p.timing == Timing::Late) {
+            // The first stage folds only what the second stage's watermark cannot have passed
+            // while its input is not idle; an input back from idleness can be behind.
+            self.batch.late_partials += 1;
+        }
+        if let Some(watermark) = late {
+            let topic = self.input_topic(partial.origin.topic).to_string();
+            for &(offset, ts) in &partial.events {
+                let rej = Rejection::late(ts, watermark);
+                let letter = DeadLetter {
+                    reason: rej.reason.as_str().to_string(),
+                    topic: topic.clone(),
+                    partition: partial.origin.partition,
+                    offset,
+                    watermark: rej.watermark,
+                    late_by_ms: rej.late_by_ms,
+                    detail: format!(
+                        "{} (folded with {} other records before the repartition hop: the record's fields are at its input coordinates)",
+                        rej.detail,
+                        partial.events.len() - 1
+                    ),
+                    epoch,
+                };
+                let value = serde_json::json!({
+                    "key": partial.key,
+                    "timestamp": ts,
+                    "fields": null,
+                })
+                .to_string();
+                self.dead_letter(
+                    Some(partial.key.as_bytes()),
+                    Some(value.as_bytes()),
+                    letter,
+                    Reason::Late.as_str(),
+                )?;
+            }
+        }
+        self.send_panes(panes, epoch, partial.origin.appended)
     }
 
     /// Second stage: one event of repartition partition `p`, from input record `o`.
@@ -321,9 +516,13 @@ impl Core {
     /// repartition partition when it changed (or its idle claim needs refreshing), and an offset
     /// marker to the offsets topic for each source the transaction consumed from.
     pub(super) fn produce_source_markers(&mut self) -> Result<(), CycleError> {
-        // The packs first: every event of the cycle lies before the watermark records below.
+        // The packs and partials first: every event of the cycle lies before the watermark
+        // records below.
         for r in 0..self.hop_packs.len() {
             self.send_pack(r as i32)?;
+        }
+        if let Topology::Hop { partitions } = self.topology {
+            self.send_partials(partitions)?;
         }
         let now = wall_ms();
         self.refresh_caught_up(now);
@@ -398,6 +597,7 @@ impl Core {
                 let mut value = Vec::new();
                 wire::put_watermarks(&mut value, chunk);
                 for r in 0..partitions {
+                    self.batch.hop_bytes += value.len() as u64;
                     let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
                         .partition(r)
                         .payload(value.as_slice());

@@ -161,6 +161,9 @@ pub struct Core {
     )>,
     /// The first stage's packed event records being built, one per repartition partition.
     hop_packs: Vec<crate::format::repartition::Pack>,
+    /// The first stage's packed partial records being built at commit, one per repartition
+    /// partition.
+    hop_partials: Vec<crate::format::repartition::PartialPack>,
     /// Per input partition, whether the raw log showed no data record after its position, the
     /// position it was looked at from, and when: a source is idle only when caught up.
     caught_up: HashMap<(String, i32), (bool, i64, Instant)>,
@@ -289,6 +292,7 @@ pub fn run(
         hop_event: Event::default(),
         hop_reports: Vec::new(),
         hop_packs: Vec::new(),
+        hop_partials: Vec::new(),
         caught_up: HashMap::new(),
         peeker: None,
         offsets_partitions: layout.offsets_partitions,

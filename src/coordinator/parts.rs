@@ -4,6 +4,7 @@
 
 use super::telemetry::PartGauges;
 use crate::pipeline::{Front, Step};
+use crate::windowing::fold::Folder;
 use crate::windowing::watermark::SourceWatermark;
 use metrics::Counter;
 
@@ -66,9 +67,24 @@ pub(super) struct Source {
     pub(super) pending: Option<(SourceWatermark, i64)>,
     /// `tidemark_records_in_total` of the source.
     pub(super) records_in: Counter,
+    /// The open transaction's partials, where they cross the hop instead of records (see
+    /// [`crate::windowing::fold`]).
+    pub(super) folder: Option<Folder>,
 }
 
 impl Source {
+    /// The highest watermark the second stage can have reached when it reads a record written
+    /// in the open transaction, as far as this source can tell; `None` when it cannot tell.
+    /// The second stage's watermark is the minimum over the sources that are not idle, so while
+    /// this source's committed report says it is not idle, that report bounds it. Without a
+    /// committed report of its own (after an assignment or an abort) or while idle, it cannot.
+    pub(super) fn watermark_bound(&self) -> Option<i64> {
+        match self.written {
+            Some((report, _)) if report.idle_at.is_none() => Some(report.watermark),
+            _ => None,
+        }
+    }
+
     /// Where reading goes on: after the last processed record, at the committed offset, or at 0.
     pub(super) fn position(&self) -> i64 {
         self.next_offset.or(self.committed_offset).unwrap_or(0)

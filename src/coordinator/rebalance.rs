@@ -21,6 +21,7 @@ use crate::state::changelog::{
 };
 use crate::state::store::{Lineage, StateStore};
 use crate::windowing::engine::WINDOW_OPERATOR;
+use crate::windowing::fold::Folder;
 use metrics::{counter, gauge, histogram};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::types::RDKafkaRespErr;
@@ -299,6 +300,11 @@ impl Core {
                 last_appended: wall_ms(),
                 pending: None,
                 records_in,
+                folder: self
+                    .k
+                    .combine
+                    .then(|| Folder::new(&self.spec.engine))
+                    .flatten(),
             },
         );
         Ok(state.committed)

@@ -49,6 +49,13 @@ pub(super) struct BatchOutcome {
     pub(super) fired_at: Vec<i64>,
     /// Watermark records of the hop applied by the second stage.
     pub(super) hop_watermarks: u64,
+    /// Bytes the first stage wrote to the repartition topic.
+    pub(super) hop_bytes: u64,
+    /// Partials the first stage wrote, and the records folded into them.
+    pub(super) partials: u64,
+    pub(super) folded: u64,
+    /// Partials the second stage found behind its watermark.
+    pub(super) late_partials: u64,
     /// Records the pipeline's filter rejected, by input topic.
     pub(super) filtered: Vec<(String, u64)>,
 }
@@ -76,8 +83,16 @@ impl Core {
                 counter!(m::PANES, "timing" => Timing::ALL[t].as_str()).increment(*n);
             }
         }
-        if batch.hop_watermarks > 0 {
-            counter!(m::HOP_WATERMARK_RECORDS).increment(batch.hop_watermarks);
+        for (name, n) in [
+            (m::HOP_WATERMARK_RECORDS, batch.hop_watermarks),
+            (m::HOP_BYTES, batch.hop_bytes),
+            (m::HOP_PARTIALS, batch.partials),
+            (m::HOP_RECORDS_FOLDED, batch.folded),
+            (m::HOP_LATE_PARTIALS, batch.late_partials),
+        ] {
+            if n > 0 {
+                counter!(name).increment(n);
+            }
         }
         for (topic, n) in batch.filtered {
             counter!(m::RECORDS_FILTERED, "topic" => topic).increment(n);
