@@ -4,7 +4,8 @@
 # alternating between kept and empty state directories; then a judge reads the output, the
 # dead letters and every internal topic from the raw log. Two pipelines:
 #   - kafka_chaos: one topic keyed by the grouping field (repartition = false), 6 partitions;
-#   - kafka_chaos_hop: null-keyed input on two topics, through the repartition hop.
+#   - kafka_chaos_hop: null-keyed input on two topics, through the repartition hop, once with
+#     tumbling windows (records crossing as partial aggregates) and once with sessions.
 # Prints each run's summary line (`chaos:` or `chaos-hop:`).
 #
 #   scripts/chaos.sh [RUNS] [TEST...]    # default 1 run of both tests; exit 0 only if all passed

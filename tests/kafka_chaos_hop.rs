@@ -14,9 +14,15 @@
 //! takes what does not depend on the order in which the sources reach the second stage: every
 //! record is in its window's last pane or dead-lettered (late), once, never both.
 //!
+//! A second run does the same with per-user session windows and every kind of aggregation
+//! (`count_distinct`, `first`, `last`, `duration`, `top_k` and the sketches besides count and
+//! sum): its final sessions must equal `simulate`'s and an independent fold's. Sessions cross the
+//! hop record by record (partials do not apply to them); the tumbling run's records cross as
+//! partial aggregates. The two runs take turns, never overlapping.
+//!
 //! `TIDEMARK_CHAOS_KILLS` (default 8, CI's short variant), `TIDEMARK_CHAOS_RECORDS` (default
 //! 20,000), `TIDEMARK_CHAOS_SEED` and `TIDEMARK_CHAOS_STATIC=1` as for `tests/kafka_chaos.rs`;
-//! `scripts/chaos.sh` runs both. It prints one summary line starting with `chaos-hop:`.
+//! `scripts/chaos.sh` runs both. Each run prints one summary line starting with `chaos-hop:`.
 
 mod common;
 
@@ -29,9 +35,33 @@ use std::time::{Duration, Instant};
 const TOPICS: [(&str, i32); 2] = [("web", 3), ("app", 3)];
 const MEMBERS: usize = 3;
 
-fn start(dir: &Path, broker: &str, id: &str, incarnation: usize, keep_state: bool) -> Child {
+/// The two runs of this file take turns: each is three members and a broker at full load.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The pipeline a run's members (and `simulate`) run: tumbling windows or sessions.
+#[derive(Clone, Copy, PartialEq)]
+enum Windows {
+    Tumbling,
+    Sessions,
+}
+
+fn text(windows: Windows, broker: &str, state: &Path, id: &str) -> String {
+    match windows {
+        Windows::Tumbling => hop::pipeline(broker, state, id, &["web", "app"], "", ""),
+        Windows::Sessions => hop::session_pipeline(broker, state, id, &["web", "app"]),
+    }
+}
+
+fn start(
+    windows: Windows,
+    dir: &Path,
+    broker: &str,
+    id: &str,
+    incarnation: usize,
+    keep_state: bool,
+) -> Child {
     let state = chaos::state_dir(dir, id, incarnation, keep_state);
-    let mut text = hop::pipeline(broker, &state, id, &["web", "app"], "", "");
+    let mut text = text(windows, broker, &state, id);
     if chaos::static_members() {
         text = text.replace("static_membership = false", "static_membership = true");
     }
@@ -47,6 +77,16 @@ fn open_in(broker: &str, topic: &str) -> usize {
 
 #[test]
 fn the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once() {
+    chaos_run(Windows::Tumbling);
+}
+
+#[test]
+fn sessions_with_every_kind_of_aggregation_under_repeated_kill_9_equal_a_fold() {
+    chaos_run(Windows::Sessions);
+}
+
+fn chaos_run(windows: Windows) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let kills: usize = chaos::env_or("TIDEMARK_CHAOS_KILLS", 8);
     let records: i64 = chaos::env_or("TIDEMARK_CHAOS_RECORDS", 20_000);
     let seed0 = chaos::seed();
@@ -60,29 +100,29 @@ fn the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once(
     // TIDEMARK_CHAOS_LATE=1 a record a minute late every 1,000 events makes what is late depend
     // on the order the sources reach the second stage; the judge then requires each record in
     // its window's last pane or dead-lettered, once.
-    let late_records = chaos::env_or("TIDEMARK_CHAOS_LATE", 0) == 1;
+    // Sessions are judged exactly only: without late records.
+    let late_records = windows == Windows::Tumbling && chaos::env_or("TIDEMARK_CHAOS_LATE", 0) == 1;
     let scenario = HopScenario::generate(&TOPICS, records, Keys::Null, late_records, seed0);
     let simulated = (!late_records).then(|| {
-        let text = hop::pipeline(
+        let text = text(
+            windows,
             &broker.addr,
             &dir.path().join("simulate"),
             "simulate",
-            &["web", "app"],
-            "",
-            "",
         );
         scenario.simulate(&text, &["web", "app"])
     });
-    let judge = |got: &hop::Committed| match &simulated {
-        Some(sim) => hop::judge_exact(got, &scenario, sim),
-        None => hop::judge_conserved(got, &scenario),
+    let judge = |got: &hop::Committed| match (&simulated, windows) {
+        (Some(sim), Windows::Tumbling) => hop::judge_exact(got, &scenario, sim),
+        (Some(sim), Windows::Sessions) => hop::judge_sessions(got, &scenario, sim),
+        (None, _) => hop::judge_conserved(got, &scenario),
     };
 
     let mut members: Vec<chaos::Member> = (0..MEMBERS)
         .map(|i| {
             let id = format!("m{}", i + 1);
             chaos::Member {
-                child: start(dir.path(), &broker.addr, &id, 0, true),
+                child: start(windows, dir.path(), &broker.addr, &id, 0, true),
                 id,
                 incarnation: 0,
             }
@@ -104,7 +144,7 @@ fn the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once(
         &mut members,
         dir.path(),
         "restored from the",
-        |id, incarnation, keep| start(dir.path(), &broker.addr, id, incarnation, keep),
+        |id, incarnation, keep| start(windows, dir.path(), &broker.addr, id, incarnation, keep),
     );
     producer.join().unwrap();
 
@@ -148,6 +188,12 @@ fn the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once(
     let unfilled = chaos::count_in_logs(dir.path(), chaos::HOLE_UNFILLED);
     let late = got.dead.keys().filter(|d| d.3 == "late").count();
     let malformed = got.dead.keys().filter(|d| d.3 == "malformed").count();
+    let retractions = got
+        .panes
+        .iter()
+        .filter(|p| p.contains("\"RETRACT\""))
+        .count();
+    let (events, partials, folded) = hop::crossed(&broker.addr);
     let pass = problems.is_empty()
         && open == 0
         && failed_exits == 0
@@ -157,7 +203,12 @@ fn the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once(
         eprintln!("problem: {p}");
     }
     println!(
-        "chaos-hop: seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={input} panes={} problems={} dead_letters={} (late {late}, malformed {malformed}) open_txn_records={open} membership_moves={moves} holes={holes} (unfilled {unfilled}) failed_exits={failed_exits} result={}",
+        "chaos-hop: windows={} seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={input} panes={} (retractions {retractions}) crossed=(events {events}, partials {partials} of {folded} records) problems={} dead_letters={} (late {late}, malformed {malformed}) open_txn_records={open} membership_moves={moves} holes={holes} (unfilled {unfilled}) failed_exits={failed_exits} result={}",
+        if windows == Windows::Sessions {
+            "sessions"
+        } else {
+            "tumbling"
+        },
         got.panes.len(),
         problems.len(),
         got.dead.len(),

@@ -116,6 +116,7 @@ impl HopScenario {
             Keys::GroupingField => Some(user.to_string()),
         };
         let mut records = Vec::new();
+        let mut used = std::collections::HashSet::new();
         let mut x = seed | 1;
         for i in 0..n {
             x ^= x << 13;
@@ -129,7 +130,12 @@ impl HopScenario {
             } else {
                 0
             };
-            let ts = base + i * 5 + jitter;
+            // Event times are unique, so that `first` and `last` have no ties to break by input
+            // order (which differs between the hop and `simulate`).
+            let mut ts = base + i * 5 + jitter;
+            while !used.insert(ts) {
+                ts += 1;
+            }
             let value =
                 json!({"user": user, "session": session, "ts": ts, "amount": (x % 50) as i64});
             records.push((topic, p, key_of(&user, &session), value.to_string()));
@@ -490,6 +496,246 @@ pub fn judge_conserved(got: &Committed, s: &HopScenario) -> Vec<String> {
 }
 
 /// Duplicated or gapped panes, repeated dead letters, open transactions.
+/// Session windows in the hop's scenario: the gap between a user's sessions.
+pub const SESSION_GAP: i64 = 250;
+
+/// [`pipeline`] with per-user session windows (a 250 ms gap, so most users' records make many
+/// sessions) and a watermark 100 ms behind, so records up to 300 ms out of order come after
+/// their sessions fired, within the allowed lateness (1 s): they merge sessions that fired,
+/// which are retracted, while the final sessions stay determined by the input. Every kind of
+/// operation: exact ones the independent fold checks (count, sum, count_distinct, first, last,
+/// duration, top_k) and the sketches (approx_count_distinct, approx_percentile).
+pub fn session_pipeline(
+    broker: &str,
+    state: &std::path::Path,
+    instance: &str,
+    topics: &[&str],
+) -> String {
+    let text = pipeline(broker, state, instance, topics, "", "");
+    let tumbling = "type = \"tumbling\"\nsize = \"1s\"";
+    assert!(text.contains(tumbling));
+    let watermark = "max_out_of_orderness = \"300ms\"";
+    assert!(text.contains(watermark));
+    text.replace(
+        tumbling,
+        &format!("type = \"session\"\ngap = \"{SESSION_GAP}ms\""),
+    )
+    .replace(watermark, "max_out_of_orderness = \"100ms\"")
+    .replace(
+        "[kafka]\n",
+        r#"[[aggregations]]
+name = "sessions"
+op = "count_distinct"
+field = "session"
+[[aggregations]]
+name = "entry"
+op = "first"
+field = "session"
+[[aggregations]]
+name = "exit"
+op = "last"
+field = "session"
+[[aggregations]]
+name = "length"
+op = "duration"
+[[aggregations]]
+name = "top"
+op = "top_k"
+field = "session"
+k = 2
+[[aggregations]]
+name = "approx_sessions"
+op = "approx_count_distinct"
+field = "session"
+[[aggregations]]
+name = "p90"
+op = "approx_percentile"
+field = "amount"
+q = 0.9
+[kafka]
+"#,
+    )
+}
+
+/// The final panes of session windows ending by `cutoff`: per window, its last pane's
+/// aggregates (as JSON text) where that pane is not a RETRACT (a merge superseded the window).
+pub fn final_sessions(lines: &[String], cutoff: i64) -> BTreeMap<(String, i64, i64), String> {
+    let mut last: BTreeMap<(String, i64, i64), (i64, serde_json::Value)> = BTreeMap::new();
+    for l in lines {
+        let v: serde_json::Value = serde_json::from_str(l).expect("a pane is JSON");
+        let key = (
+            v["key"].as_str().expect("a key of one part").to_string(),
+            v["window_start"].as_i64().expect("window_start"),
+            v["window_end"].as_i64().expect("window_end"),
+        );
+        let idx = v["pane_index"].as_i64().expect("pane_index");
+        if last.get(&key).is_none_or(|old| old.0 < idx) {
+            last.insert(key, (idx, v));
+        }
+    }
+    last.into_iter()
+        .filter(|((_, _, end), (_, v))| *end <= cutoff && v["timing"] != "RETRACT")
+        .map(|(k, (_, v))| {
+            let aggs: BTreeMap<&str, &serde_json::Value> = [
+                "count",
+                "total",
+                "sessions",
+                "entry",
+                "exit",
+                "length",
+                "top",
+                "approx_sessions",
+                "p90",
+            ]
+            .iter()
+            .map(|f| (*f, &v[*f]))
+            .collect();
+            (k, serde_json::to_string(&aggs).unwrap())
+        })
+        .collect()
+}
+
+impl HopScenario {
+    /// The independent reference for [`session_pipeline`]: per user, the well-formed records
+    /// sorted by event time and cut where one starts at or after the running session's end
+    /// (its latest time plus the gap); per session ending by the cutoff, the exact aggregates as
+    /// `final_sessions` writes them (the sketches left out).
+    pub fn session_reference(&self) -> BTreeMap<(String, i64, i64), serde_json::Value> {
+        let mut by_user: BTreeMap<String, Vec<(i64, String, i64)>> = BTreeMap::new();
+        for (_, _, _, v) in &self.records {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(v) else {
+                continue; // malformed: dead-lettered
+            };
+            by_user
+                .entry(v["user"].as_str().unwrap().to_string())
+                .or_default()
+                .push((
+                    v["ts"].as_i64().unwrap(),
+                    v["session"].as_str().unwrap().to_string(),
+                    v["amount"].as_i64().unwrap(),
+                ));
+        }
+        let mut out = BTreeMap::new();
+        for (user, mut evs) in by_user {
+            evs.sort();
+            let mut cut: Vec<Vec<(i64, String, i64)>> = Vec::new();
+            for e in evs {
+                match cut.last_mut() {
+                    Some(cur) if e.0 < cur.iter().map(|c| c.0).max().unwrap() + SESSION_GAP => {
+                        cur.push(e)
+                    }
+                    _ => cut.push(vec![e]),
+                }
+            }
+            for s in cut {
+                let (start, last) = (s[0].0, s[s.len() - 1].0);
+                let end = last + SESSION_GAP;
+                if end > self.cutoff {
+                    continue;
+                }
+                let distinct: BTreeSet<&str> = s.iter().map(|e| e.1.as_str()).collect();
+                let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+                for e in &s {
+                    *counts.entry(e.1.as_str()).or_default() += 1;
+                }
+                let mut top: Vec<(&str, u64)> = counts.into_iter().collect();
+                top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+                top.truncate(2);
+                out.insert(
+                    (user.clone(), start, end),
+                    serde_json::json!({
+                        "count": s.len(),
+                        "total": s.iter().map(|e| e.2).sum::<i64>() as f64,
+                        "sessions": distinct.len(),
+                        "entry": s[0].1,
+                        "exit": s[s.len() - 1].1,
+                        "length": last - start,
+                        "top": top.iter().map(|(v, n)| serde_json::json!({"value": v, "count": n})).collect::<Vec<_>>(),
+                    }),
+                );
+            }
+        }
+        out
+    }
+}
+
+/// Problems of a session run over input without late records: its final sessions equal
+/// `simulate`'s (every aggregate, sketches included) and the independent fold's (the exact
+/// aggregates), every pane is committed once with pane indexes without gaps, and every
+/// malformed record is dead-lettered once.
+pub fn judge_sessions(got: &Committed, s: &HopScenario, simulated: &[String]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let run = final_sessions(&got.panes, s.cutoff);
+    let sim = final_sessions(simulated, s.cutoff);
+    if run != sim {
+        let differ: Vec<String> = sim
+            .iter()
+            .filter(|(k, v)| run.get(*k) != Some(*v))
+            .chain(run.iter().filter(|(k, _)| !sim.contains_key(*k)))
+            .take(3)
+            .map(|(k, v)| {
+                format!(
+                    "{k:?}: simulate {:?}, run {:?}",
+                    sim.get(k),
+                    run.get(k).or(Some(v))
+                )
+            })
+            .collect();
+        problems.push(format!(
+            "final sessions differ from simulate ({} against {}): {differ:?}",
+            run.len(),
+            sim.len()
+        ));
+    }
+    let want = s.session_reference();
+    if want.len() < 10 {
+        problems.push(format!(
+            "the fold has {} sessions: too few to judge",
+            want.len()
+        ));
+    }
+    if want.len() != run.len() {
+        problems.push(format!(
+            "{} final sessions, the fold has {}",
+            run.len(),
+            want.len()
+        ));
+    }
+    for (k, w) in want.iter().take(100_000) {
+        let Some(got) = run.get(k) else {
+            problems.push(format!("{k:?}: no final pane (want {w})"));
+            continue;
+        };
+        let got: serde_json::Value = serde_json::from_str(got).unwrap();
+        for (field, value) in w.as_object().unwrap() {
+            let same = match (value.as_f64(), got[field].as_f64()) {
+                (Some(a), Some(b)) => a == b,
+                _ => &got[field] == value,
+            };
+            if !same {
+                problems.push(format!(
+                    "{k:?}: {field} is {}, the fold says {value}",
+                    got[field]
+                ));
+            }
+        }
+        if problems.len() > 20 {
+            break;
+        }
+    }
+    problems.extend(common_problems(got));
+    let (_, want_dead) = s.reference();
+    let got_dead: BTreeSet<_> = got.dead.keys().cloned().collect();
+    if got_dead != want_dead {
+        problems.push(format!(
+            "dead letters: {} against {} expected",
+            got_dead.len(),
+            want_dead.len()
+        ));
+    }
+    problems
+}
+
 fn common_problems(got: &Committed) -> Vec<String> {
     let mut problems = got.audit.clone();
     for (d, n) in &got.dead {
