@@ -166,21 +166,23 @@ fn replay_to_earliest_recomputes_everything_in_a_new_epoch_exactly_once() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(t0.elapsed() >= Duration::from_secs(2), "it did not wait");
     assert!(text(&o).contains("Waited 2 s."), "{}", text(&o));
-    let waiting = Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args([
-            "replay",
-            "--to-earliest",
-            "--dry-run",
-            "--wait",
-            "60s",
-            "--config",
-        ])
-        .arg(&cfg)
-        .env("TIDEMARK_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let waiting = common::adopt(
+        Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args([
+                "replay",
+                "--to-earliest",
+                "--dry-run",
+                "--wait",
+                "60s",
+                "--config",
+            ])
+            .arg(&cfg)
+            .env("TIDEMARK_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     std::thread::sleep(Duration::from_secs(2));
     assert!(stop_member(member).success());
     let o = waiting.wait_with_output().unwrap();
@@ -382,15 +384,17 @@ fn a_killed_replay_leaves_the_old_position_and_definitions_are_guarded() {
     let before = position(&broker.addr);
 
     // SIGKILL between producing the markers and committing them.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(["replay", "--to-earliest", "--config"])
-        .arg(&cfg)
-        .env(tidemark::replay::PAUSE_ENV, "60000")
-        .env("TIDEMARK_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::adopt(
+        Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args(["replay", "--to-earliest", "--config"])
+            .arg(&cfg)
+            .env(tidemark::replay::PAUSE_ENV, "60000")
+            .env("TIDEMARK_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let stderr = BufReader::new(child.stderr.take().unwrap());
     for line in stderr.lines() {
         if line.unwrap().contains("markers produced") {

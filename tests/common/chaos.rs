@@ -62,14 +62,16 @@ pub fn spawn(dir: &Path, id: &str, incarnation: usize, text: &str) -> Child {
     let cfg = dir.join(format!("{id}-{incarnation}.toml"));
     std::fs::write(&cfg, text).unwrap();
     let log = std::fs::File::create(dir.join(format!("{id}-{incarnation}.log"))).unwrap();
-    Command::new(super::tidemark_bin())
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .env("TIDEMARK_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+    super::adopt(
+        Command::new(super::tidemark_bin())
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .env("TIDEMARK_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
 }
 
 /// Whether incarnation `incarnation` of member `id` had partitions: its log holds `restored`, the

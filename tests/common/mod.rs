@@ -536,23 +536,65 @@ fn tidemark_command(command: &str, cfg: &std::path::Path, args: &[&str]) -> Comm
     c
 }
 
+/// The `tidemark` processes each test thread started, by process id: a test that panics kills
+/// its own (left running, one holds the test binary's output open and keeps working against a
+/// broker that is gone). A process stopped or killed by its test may stay listed; the hook
+/// checks that a listed process id still runs `tidemark` before it kills it.
+static CHILDREN: std::sync::Mutex<Vec<(std::thread::ThreadId, u32)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Lists `child` under the current test thread (see [`CHILDREN`]), installing the panic hook
+/// that kills a panicking thread's children the first time.
+pub fn adopt(child: Child) -> Child {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let me = std::thread::current().id();
+            let mine: Vec<u32> = CHILDREN
+                .lock()
+                .map(|mut c| {
+                    let (mine, others) = c.drain(..).partition(|(t, _)| *t == me);
+                    *c = others;
+                    mine.into_iter().map(|(_, pid)| pid).collect()
+                })
+                .unwrap_or_default();
+            for pid in mine {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                if String::from_utf8_lossy(&cmdline).contains("tidemark") {
+                    let _ = Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .status();
+                }
+            }
+            previous(info);
+        }));
+    });
+    if let Ok(mut c) = CHILDREN.lock() {
+        c.push((std::thread::current().id(), child.id()));
+    }
+    child
+}
+
 /// Starts `tidemark COMMAND --config CFG`.
 pub fn start_tidemark(command: &str, cfg: &std::path::Path) -> Child {
-    tidemark_command(command, cfg, &[]).spawn().unwrap()
+    adopt(tidemark_command(command, cfg, &[]).spawn().unwrap())
 }
 
 /// Starts `tidemark run --config CFG` logging at info level into `log`.
 pub fn start_member_logged(cfg: &std::path::Path, log: &std::path::Path) -> Child {
-    logged("run", cfg, log).spawn().unwrap()
+    adopt(logged("run", cfg, log).spawn().unwrap())
 }
 
 /// Starts `tidemark COMMAND --config CFG` logging at info level into `log`, in the broker's
 /// consumer group whatever `TIDEMARK__KAFKA__MEMBERSHIP` says (for tests of leaving it).
 pub fn start_logged_in_group(command: &str, cfg: &std::path::Path, log: &std::path::Path) -> Child {
-    logged(command, cfg, log)
-        .env_remove("TIDEMARK__KAFKA__MEMBERSHIP")
-        .spawn()
-        .unwrap()
+    adopt(
+        logged(command, cfg, log)
+            .env_remove("TIDEMARK__KAFKA__MEMBERSHIP")
+            .spawn()
+            .unwrap(),
+    )
 }
 
 /// `tidemark COMMAND --config CFG` logging at info level into `log`.
