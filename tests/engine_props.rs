@@ -554,3 +554,60 @@ fn sessions_in_the_older_format_load_and_are_rewritten() {
     e.finish().unwrap();
     assert_eq!(e.take_panes(), want);
 }
+
+/// A partial behind the watermark (an input back from idleness behind the others) is merged
+/// whole: within the allowed lateness it fires one LATE pane holding all its events; expired, it
+/// is late as a whole, every event counted late.
+#[test]
+fn a_partial_behind_the_watermark_fires_one_late_pane_or_is_late_whole() {
+    use tidemark::windowing::fold::Folder;
+    let s = spec(
+        "type = \"tumbling\"\nsize = \"10ms\"",
+        "allowed_lateness = \"20ms\"",
+        "",
+        COUNT_SUM,
+    );
+    let (_d, mut engine) = open(&s, Layout::for_spec(&s.engine), 1 << 20);
+    let mut folder = Folder::new(&s.engine).unwrap();
+    engine
+        .process(&Event {
+            key: "k".into(),
+            ts: 1,
+            values: vec![Value::Float(1.0)],
+        })
+        .unwrap();
+    engine.advance_watermark(15).unwrap();
+    let on_time = engine.take_panes();
+    assert_eq!(on_time.len(), 1);
+    assert_eq!(on_time[0].timing, Timing::OnTime);
+    for (i, ts) in [2, 5, 9].into_iter().enumerate() {
+        folder.fold("k", ts, &[Value::Float(10.0)], i as i64, 0);
+    }
+    for p in folder.take() {
+        assert_eq!(
+            engine.merge_partial(&p.key, p.ts, &p.acc).unwrap(),
+            Admission::Accepted
+        );
+    }
+    let late = engine.take_panes();
+    assert_eq!(late.len(), 1, "{late:?}");
+    assert_eq!(
+        (late[0].timing, late[0].pane_index, late[0].count),
+        (Timing::Late, 1, 4)
+    );
+    assert_eq!(late[0].values[1], Output::Value(Value::Float(31.0)));
+    // Past the allowed lateness: late as a whole.
+    engine.advance_watermark(40).unwrap();
+    engine.take_panes();
+    for ts in [3, 4] {
+        folder.fold("k", ts, &[Value::Float(1.0)], 0, 0);
+    }
+    let p = folder.take().pop().unwrap();
+    assert!(matches!(
+        engine.merge_partial(&p.key, p.ts, &p.acc).unwrap(),
+        Admission::Late { watermark: 40 }
+    ));
+    assert!(engine.take_panes().is_empty());
+    assert_eq!(engine.stats().late, 2);
+    assert_eq!(engine.stats().events, 6);
+}
