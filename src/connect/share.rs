@@ -14,7 +14,7 @@ use super::{SinkError, TopicPartition};
 use crate::config::KafkaSpec;
 use crate::kafka::admin::{create_topics, partitions_of};
 use crate::kafka::assignor;
-use crate::kafka::members::{GroupDecisions, Roster};
+use crate::kafka::members::{DecisionsWatch, Roster};
 use crate::metrics as m;
 use metrics::counter;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -32,10 +32,12 @@ pub(super) struct Share {
 /// The two ways of sharing.
 enum How {
     /// The broker's consumer group `<application_id>-<sink>`; the consumer only keeps the
-    /// membership (its partitions stay paused: records are read from the raw log). `looked` is
-    /// when the pipeline's claims topic was last read for its group's decisions.
+    /// membership (its partitions stay paused: records are read from the raw log). `decisions`
+    /// reads the pipeline's claims topic on for its group's decisions; `looked` is when it last
+    /// did.
     Group {
         consumer: BaseConsumer,
+        decisions: DecisionsWatch,
         looked: Instant,
     },
     /// Membership from the log, in the topic `<application_id>-<sink>-members`.
@@ -70,7 +72,8 @@ impl Share {
     /// Joins the sink's group `group` over `topics`: the broker's consumer group, or membership
     /// from the log when the pipeline is configured with it or its group moved to it.
     pub(super) fn start(k: &KafkaSpec, group: &str, topics: &[String]) -> Result<Share, SinkError> {
-        let decided = GroupDecisions::read(&k.bootstrap_servers, &k.claims_topic);
+        let mut decisions = DecisionsWatch::new(&k.bootstrap_servers, &k.claims_topic);
+        let decided = decisions.look();
         let how = if k.log_membership || decided.log_membership {
             if !k.log_membership {
                 tracing::warn!(
@@ -83,6 +86,7 @@ impl Share {
         } else {
             How::Group {
                 consumer: group_consumer(k, group, topics, decided.eager)?,
+                decisions,
                 looked: Instant::now(),
             }
         };
@@ -96,11 +100,13 @@ impl Share {
 
     /// The partitions that are this member's now, after waiting up to `wait` for news.
     pub(super) fn assigned(&mut self, wait: Duration) -> BTreeSet<TopicPartition> {
-        if let How::Group { looked, .. } = &mut self.how {
+        if let How::Group {
+            looked, decisions, ..
+        } = &mut self.how
+        {
             if looked.elapsed() >= LOOK_AT_CLAIMS_EVERY {
                 *looked = Instant::now();
-                let decided = GroupDecisions::read(&self.k.bootstrap_servers, &self.k.claims_topic);
-                if decided.log_membership {
+                if decisions.look().log_membership {
                     tracing::warn!(
                         "the pipeline's group moved to membership from the log (its consumer \
                          group stopped assigning partitions): the sink leaves its consumer group \

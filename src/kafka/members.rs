@@ -4,7 +4,7 @@
 //! (`coordinator::roster` follows it); a sink's members keep theirs in a topic of their own
 //! (`connect`).
 
-use super::raw_log::PartitionTail;
+use super::raw_log::{read_partition, Follow, PartitionTail};
 use super::roster::{
     parts_of, share, token_of, Liveness, TopicPartition, HEARTBEAT_KEY, LEAVE_KEY,
 };
@@ -165,20 +165,52 @@ pub struct GroupDecisions {
 }
 
 impl GroupDecisions {
-    /// Reads the decisions from partition 0 of `claims_topic` (where members write them). A
-    /// topic that cannot be read (it may not exist yet) has decided nothing.
+    /// Reads the decisions from partition 0 of `claims_topic` (where members write them), from
+    /// its start. A topic that cannot be read (it may not exist yet) has decided nothing.
     pub fn read(bootstrap: &str, claims_topic: &str) -> GroupDecisions {
-        let Ok(log) = super::raw_log::read_partition(bootstrap, claims_topic, 0, 0) else {
-            return GroupDecisions::default();
-        };
-        log.committed
-            .iter()
-            .map(parts_of)
-            .fold(GroupDecisions::default(), |d, (key, value, _)| {
-                GroupDecisions {
-                    eager: d.eager || super::assignor::is_fallback(key, value),
-                    log_membership: d.log_membership || super::roster::is_move_to_log(key, value),
-                }
-            })
+        DecisionsWatch::new(bootstrap, claims_topic).look()
+    }
+
+    /// The decisions with those of one more claims record.
+    fn with(self, key: &[u8], value: &[u8]) -> GroupDecisions {
+        GroupDecisions {
+            eager: self.eager || super::assignor::is_fallback(key, value),
+            log_membership: self.log_membership || super::roster::is_move_to_log(key, value),
+        }
+    }
+}
+
+/// Watches a group's decisions ([`GroupDecisions`]): each look reads partition 0 of the claims
+/// topic on from where the last one stopped, each committed record once (a claims topic under
+/// membership from the log grows by every member's heartbeats, so reading it whole at every look
+/// would cost more as it grows).
+#[derive(Debug, Clone)]
+pub struct DecisionsWatch {
+    bootstrap: String,
+    claims_topic: String,
+    follow: Follow,
+    decided: GroupDecisions,
+}
+
+impl DecisionsWatch {
+    /// A watch over `claims_topic` that has read nothing yet.
+    pub fn new(bootstrap: &str, claims_topic: &str) -> DecisionsWatch {
+        DecisionsWatch {
+            bootstrap: bootstrap.to_string(),
+            claims_topic: claims_topic.to_string(),
+            follow: Follow::starting_at(0),
+            decided: GroupDecisions::default(),
+        }
+    }
+
+    /// The decisions recorded so far, reading what committed since the last look (a read that
+    /// fails, as of a topic that does not exist yet, adds nothing; the next look tries again).
+    pub fn look(&mut self) -> GroupDecisions {
+        if let Ok(log) = read_partition(&self.bootstrap, &self.claims_topic, 0, self.follow.from) {
+            for (key, value, _) in self.follow.fresh(&log).into_iter().map(parts_of) {
+                self.decided = self.decided.with(key, value);
+            }
+        }
+        self.decided
     }
 }
