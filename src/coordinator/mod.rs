@@ -68,12 +68,14 @@
 
 use crate::clients::{consumer_config, producer_config};
 use crate::config::{KafkaSpec, PipelineSpec};
+use crate::format::repartition as wire;
 use crate::format::Encoder;
 use crate::input::decode::Decoder;
 use crate::kafka::raw_log::{Peeker, Tailer};
 use crate::metrics::{self as m, Health};
 use crate::state::store::StateStore;
 use crate::windowing::spec::Event;
+use crate::windowing::watermark::SourceWatermark;
 use cycle::settle;
 use delivery::{Deliveries, TxnContext};
 use errors::CycleError;
@@ -155,15 +157,10 @@ pub struct Core {
     /// The second stage decodes every event into this one buffer.
     hop_event: Event,
     /// The second stage decodes every watermark record's reports into this one buffer.
-    hop_reports: Vec<(
-        crate::format::repartition::Origin,
-        crate::windowing::watermark::SourceWatermark,
-    )>,
-    /// The first stage's packed event records being built, one per repartition partition.
-    hop_packs: Vec<crate::format::repartition::Pack>,
-    /// The first stage's packed partial records being built at commit, one per repartition
-    /// partition.
-    hop_partials: Vec<crate::format::repartition::PartialPack>,
+    hop_reports: Vec<(wire::Origin, SourceWatermark)>,
+    /// The first stage's event and partial records being built, one per repartition partition.
+    hop_packs: Vec<wire::Pack>,
+    hop_partials: Vec<wire::PartialPack>,
     /// Per input partition, whether the raw log showed no data record after its position, the
     /// position it was looked at from, and when: a source is idle only when caught up.
     caught_up: HashMap<(String, i32), (bool, i64, Instant)>,
