@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// A partition of a topic the sink reads: (topic, partition).
-pub type TopicPartition = (String, i32);
+pub use crate::kafka::roster::TopicPartition;
 
 /// The next offset to read, per partition.
 pub type Offsets = BTreeMap<TopicPartition, i64>;

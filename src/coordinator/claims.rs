@@ -44,8 +44,7 @@ use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::producer::BaseRecord;
 use std::collections::HashMap;
 
-/// A partition of some topic: the topic's name and the partition number.
-pub(super) type TopicPartition = (String, i32);
+pub(super) use crate::kafka::roster::TopicPartition;
 
 /// What this process claimed for a partition it holds.
 #[derive(Debug, Clone, Copy)]

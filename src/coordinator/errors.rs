@@ -2,6 +2,7 @@
 //! transaction and replay from the committed offsets, and which stop the member.
 
 use super::Core;
+use crate::kafka::roster::TopicPartition;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::Producer;
 use std::time::Duration;
@@ -31,9 +32,9 @@ pub(super) enum CycleError {
     Abortable(String),
     /// Stop the process.
     Fatal(String),
-    /// Another member has claimed these partitions since this member did (see
-    /// [`super::claims`]): abort, drop them, and join the group again.
-    Superseded(Vec<super::claims::TopicPartition>),
+    /// Another member has claimed these partitions since this member did (the claims module
+    /// says how that is found): abort, drop them, and join the group again.
+    Superseded(Vec<TopicPartition>),
 }
 
 impl CycleError {
