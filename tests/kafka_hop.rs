@@ -234,6 +234,84 @@ fn max_end(broker: &str) -> i64 {
         .unwrap_or(i64::MIN)
 }
 
+/// An input partition back from idleness behind the others: the second stage's watermark went on
+/// without it, so what its first stage folds after its first report as an active source can be
+/// late there (the one case the first stage's bound does not cover). Every such record is still
+/// dead-lettered as late, once, by its own input coordinates and event time.
+#[test]
+fn records_folded_behind_the_watermark_after_idleness_are_dead_lettered_one_by_one() {
+    let broker = Broker::start();
+    hop::create_topics(&broker, &[("live", 1), ("quiet", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let base = (now - 600_000) / 1000 * 1000;
+    let text = hop::pipeline(
+        &broker.addr,
+        &dir.path().join("state"),
+        "m1",
+        &["live", "quiet"],
+        "idle_timeout = \"3s\"",
+        "",
+    );
+    let cfg = write(dir.path(), "pipeline", &text);
+    let log = dir.path().join("member.log");
+    let member = start_member_logged(&cfg, &log);
+    wait_for_log(&log, "restored", 1, 60);
+    // The live source moves event time on by 2 s every 200 ms for 12 s; the quiet one is idle,
+    // so the watermark follows the live one alone.
+    let addr = broker.addr.clone();
+    let live = std::thread::spawn(move || {
+        for step in 0..60 {
+            produce_run(&addr, "live", 0, base + 60_000 + step * 2_000, 200);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    std::thread::sleep(Duration::from_secs(6));
+    // Then two bursts of records a minute behind, one second apart: the first crosses record by
+    // record (the quiet source's report was idle), the second after its report as an active
+    // source, whose watermark is far behind the second stage's.
+    produce_run(&broker.addr, "quiet", 0, base, 50);
+    std::thread::sleep(Duration::from_secs(1));
+    produce_run(&broker.addr, "quiet", 0, base + 1_000, 50);
+    live.join().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(stop_member(member).success());
+    let got = hop::committed(&broker.addr);
+    let late: Vec<i64> = got
+        .dead
+        .iter()
+        .filter(|((t, _, _, reason), _)| t == "quiet" && reason == "late")
+        .map(|((_, _, o, _), n)| {
+            assert_eq!(*n, 1, "offset {o} dead-lettered {n} times");
+            *o
+        })
+        .collect();
+    assert_eq!(
+        late,
+        (0..100).collect::<Vec<_>>(),
+        "every quiet record, late, once"
+    );
+    let folded = tidemark::kafka::raw_log::read_topic(&broker.addr, "dead")
+        .unwrap()
+        .committed
+        .iter()
+        .filter(|r| {
+            r.headers.iter().any(|(k, v)| {
+                k == "tidemark.detail"
+                    && v.as_deref()
+                        .is_some_and(|v| String::from_utf8_lossy(v).contains("folded with"))
+            })
+        })
+        .count();
+    assert!(
+        folded > 0,
+        "no record of the second burst was folded: the case is not made"
+    );
+}
+
 #[test]
 fn a_stalled_source_holds_panes_back_and_an_idle_one_lets_them_go() {
     let broker = Broker::start();
