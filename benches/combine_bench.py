@@ -36,39 +36,9 @@ PARTITIONS = int(os.environ.get("BENCH_PARTITIONS", "3"))
 
 
 def config(broker, app, state, port, key, combine):
-    return f"""
-name = "{app}"
-[input]
-key = {key}
-timestamp = "ts"
-[window]
-type = "tumbling"
-size = "1s"
-[watermark]
-idle_timeout = "1s"
-[[aggregations]]
-name = "clicks"
-op = "count"
-[[aggregations]]
-name = "spend"
-op = "sum"
-field = "price"
-[kafka]
-bootstrap_servers = "{broker}"
-application_id = "{app}"
-input_topic = "bench-null"
-combine = {"true" if combine else "false"}
-output_topic = "{app}-out"
-dead_letter_topic = "{app}-dead"
-state_dir = "{state}"
-commit_interval = "100ms"
-max_batch_records = 1000000
-[kafka.properties]
-"session.timeout.ms" = "6000"
-"max.poll.interval.ms" = "30000"
-[metrics]
-address = "127.0.0.1:{port}"
-"""
+    return kb.config(broker, app, f"{app}-out", state, port, "bench-null", True, key=key,
+                     aggregations='[[aggregations]]\nname = "spend"\nop = "sum"\nfield = "price"',
+                     kafka=f"combine = {'true' if combine else 'false'}")
 
 
 def run(workdir, broker, broker_pid, app, key, combine, label):

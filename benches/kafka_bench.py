@@ -178,11 +178,13 @@ def quantile(q, cumulative):
     return cumulative[-1][0]
 
 
-def config(broker, app, output, state, port, topic, repartition):
+def config(broker, app, output, state, port, topic, repartition, key='"user_id"', aggregations="", kafka=""):
+    """The benchmarks' pipeline: a tumbling 1 s count per `key` (TOML), with `aggregations` and
+    `kafka` lines added to their sections."""
     return f"""
 name = "{app}"
 [input]
-key = "user_id"
+key = {key}
 timestamp = "ts"
 [window]
 type = "tumbling"
@@ -192,11 +194,13 @@ idle_timeout = "1s"
 [[aggregations]]
 name = "clicks"
 op = "count"
+{aggregations}
 [kafka]
 bootstrap_servers = "{broker}"
 application_id = "{app}"
 input_topic = "{topic}"
 repartition = {"true" if repartition else "false"}
+{kafka}
 output_topic = "{output}"
 dead_letter_topic = "{output}-dead"
 state_dir = "{state}"

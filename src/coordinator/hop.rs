@@ -126,23 +126,41 @@ impl Core {
 
     /// Writes repartition partition `r`'s pack, if it holds events, and empties it.
     fn send_pack(&mut self, r: i32) -> Result<(), CycleError> {
-        let Some(mut pack) = self
-            .hop_packs
+        self.send_packed(|c| &mut c.hop_packs, r)
+    }
+
+    /// Writes repartition partition `r`'s partial pack, if it holds partials, and empties it.
+    fn send_partial_pack(&mut self, r: i32) -> Result<(), CycleError> {
+        self.send_packed(|c| &mut c.hop_partials, r)
+    }
+
+    /// Writes repartition partition `r`'s pack among `packs`, if it holds entries, and empties
+    /// it (keeping its buffer).
+    fn send_packed<K: wire::PackKind>(
+        &mut self,
+        packs: fn(&mut Core) -> &mut Vec<wire::Packed<K>>,
+        r: i32,
+    ) -> Result<(), CycleError> {
+        let Some(mut pack) = packs(self)
             .get_mut(r as usize)
             .filter(|p| !p.is_empty())
             .map(std::mem::take)
         else {
             return Ok(());
         };
-        let value = pack.finish();
+        let sent = self.send_repartition(r, pack.finish());
+        pack.clear();
+        packs(self)[r as usize] = pack;
+        sent
+    }
+
+    /// Writes `value` to repartition partition `r`, counting its bytes.
+    fn send_repartition(&mut self, r: i32, value: &[u8]) -> Result<(), CycleError> {
         self.batch.hop_bytes += value.len() as u64;
         let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
             .partition(r)
             .payload(value);
-        let sent = self.send(record);
-        pack.clear();
-        self.hop_packs[r as usize] = pack;
-        sent
+        self.send(record)
     }
 
     /// Drops the events of the packs not written yet (their transaction aborts).
@@ -182,27 +200,6 @@ impl Core {
             self.send_partial_pack(r)?;
         }
         Ok(())
-    }
-
-    /// Writes repartition partition `r`'s partial pack, if it holds partials, and empties it.
-    fn send_partial_pack(&mut self, r: i32) -> Result<(), CycleError> {
-        let Some(mut pack) = self
-            .hop_partials
-            .get_mut(r as usize)
-            .filter(|p| !p.is_empty())
-            .map(std::mem::take)
-        else {
-            return Ok(());
-        };
-        let value = pack.finish();
-        self.batch.hop_bytes += value.len() as u64;
-        let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
-            .partition(r)
-            .payload(value);
-        let sent = self.send(record);
-        pack.clear();
-        self.hop_partials[r as usize] = pack;
-        sent
     }
 
     /// Second stage: reads what committed on the owned repartition partitions since the last
@@ -424,35 +421,22 @@ impl Core {
             self.batch.late_partials += 1;
         }
         if let Some(watermark) = late {
-            let topic = self.input_topic(partial.origin.topic).to_string();
+            let o = partial.origin;
             for &(offset, ts) in &partial.events {
-                let rej = Rejection::late(ts, watermark);
-                let letter = DeadLetter {
-                    reason: rej.reason.as_str().to_string(),
-                    topic: topic.clone(),
-                    partition: partial.origin.partition,
-                    offset,
-                    watermark: rej.watermark,
-                    late_by_ms: rej.late_by_ms,
-                    detail: format!(
-                        "{} (folded with {} other records before the repartition hop: the record's fields are at its input coordinates)",
-                        rej.detail,
-                        partial.events.len() - 1
-                    ),
-                    epoch,
-                };
+                let mut rej = Rejection::late(ts, watermark);
+                rej.detail = format!(
+                    "{} (folded with {} other records before the repartition hop: the record's fields are at its input coordinates)",
+                    rej.detail,
+                    partial.events.len() - 1
+                );
                 let value = serde_json::json!({
                     "key": partial.key,
                     "timestamp": ts,
                     "fields": null,
                 })
                 .to_string();
-                self.dead_letter(
-                    Some(partial.key.as_bytes()),
-                    Some(value.as_bytes()),
-                    letter,
-                    Reason::Late.as_str(),
-                )?;
+                let source = Origin { offset, ..o };
+                self.second_stage_dead_letter(source, &partial.key, &value, rej, epoch)?;
             }
         }
         self.send_panes(panes, epoch, partial.origin.appended)
@@ -477,25 +461,38 @@ impl Core {
             self.lateness.record(b as f64 / 1000.0);
         }
         if let Some(rej) = rejection {
-            let letter = DeadLetter {
-                reason: rej.reason.as_str().to_string(),
-                topic: self.input_topic(o.topic).to_string(),
-                partition: o.partition,
-                offset: o.offset,
-                watermark: rej.watermark,
-                late_by_ms: rej.late_by_ms,
-                detail: rej.detail,
-                epoch,
-            };
             let value = self.event_json(ev);
-            self.dead_letter(
-                Some(ev.key.as_bytes()),
-                Some(value.as_bytes()),
-                letter,
-                Reason::Late.as_str(),
-            )?;
+            self.second_stage_dead_letter(o, &ev.key, &value, rej, epoch)?;
         }
         self.send_panes(panes, epoch, o.appended)
+    }
+
+    /// Dead-letters input record `o` as the second stage rejected it: with its grouping key and
+    /// `value` (what the second stage knows of it), at its input coordinates.
+    fn second_stage_dead_letter(
+        &mut self,
+        o: Origin,
+        key: &str,
+        value: &str,
+        rej: Rejection,
+        epoch: u64,
+    ) -> Result<(), CycleError> {
+        let letter = DeadLetter {
+            reason: rej.reason.as_str().to_string(),
+            topic: self.input_topic(o.topic).to_string(),
+            partition: o.partition,
+            offset: o.offset,
+            watermark: rej.watermark,
+            late_by_ms: rej.late_by_ms,
+            detail: rej.detail,
+            epoch,
+        };
+        self.dead_letter(
+            Some(key.as_bytes()),
+            Some(value.as_bytes()),
+            letter,
+            rej.reason.as_str(),
+        )
     }
 
     /// A decoded event as JSON, the value of a dead letter of the second stage (the original
@@ -597,11 +594,7 @@ impl Core {
                 let mut value = Vec::new();
                 wire::put_watermarks(&mut value, chunk);
                 for r in 0..partitions {
-                    self.batch.hop_bytes += value.len() as u64;
-                    let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
-                        .partition(r)
-                        .payload(value.as_slice());
-                    self.send(record)?;
+                    self.send_repartition(r, &value)?;
                 }
             }
         }

@@ -139,24 +139,87 @@ pub fn put_event(out: &mut Vec<u8>, ev: &Event, origin: Origin) {
     }
 }
 
-/// A packed event record being built (see the module documentation): events are appended, and
-/// [`Pack::finish`] gives the value to write.
+/// A pack is written once it holds this many bytes (or at the end of the cycle).
+pub const PACK_BYTES: usize = 64 << 10;
+
+/// A packed record being built (see the module documentation): entries of one kind are appended,
+/// and [`Packed::finish`] gives the value to write. [`Pack`] holds events, [`PartialPack`]
+/// partials.
 #[derive(Debug, Clone)]
-pub struct Pack {
+pub struct Packed<K> {
     buf: Vec<u8>,
-    events: u32,
+    n: u32,
+    kind: std::marker::PhantomData<K>,
 }
 
-impl Default for Pack {
-    fn default() -> Pack {
+/// What a [`Packed`] record holds: its kind byte.
+pub trait PackKind {
+    /// The kind written after the version byte.
+    const KIND: u8;
+}
+
+/// Entries of packed event records.
+#[derive(Debug, Clone, Copy)]
+pub struct Events;
+
+impl PackKind for Events {
+    const KIND: u8 = KIND_EVENTS;
+}
+
+/// Entries of packed partial records.
+#[derive(Debug, Clone, Copy)]
+pub struct Partials;
+
+impl PackKind for Partials {
+    const KIND: u8 = KIND_PARTIALS;
+}
+
+/// A packed event record being built.
+pub type Pack = Packed<Events>;
+
+/// A packed partial record being built.
+pub type PartialPack = Packed<Partials>;
+
+impl<K: PackKind> Default for Packed<K> {
+    fn default() -> Packed<K> {
         let mut buf = Vec::with_capacity(PACK_BYTES + 256);
-        buf.extend_from_slice(&[EVENTS_VERSION, KIND_EVENTS, 0, 0, 0, 0]);
-        Pack { buf, events: 0 }
+        buf.extend_from_slice(&[EVENTS_VERSION, K::KIND, 0, 0, 0, 0]);
+        Packed {
+            buf,
+            n: 0,
+            kind: std::marker::PhantomData,
+        }
     }
 }
 
-/// A pack is written once it holds this many bytes (or at the end of the cycle).
-pub const PACK_BYTES: usize = 64 << 10;
+impl<K> Packed<K> {
+    /// How many entries it holds.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    /// Whether it holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Whether it is full enough to be written now.
+    pub fn is_full(&self) -> bool {
+        self.buf.len() >= PACK_BYTES
+    }
+
+    /// The record's value, with the count written in.
+    pub fn finish(&mut self) -> &[u8] {
+        self.buf[2..6].copy_from_slice(&self.n.to_le_bytes());
+        &self.buf
+    }
+
+    /// Empties it for the next pack, keeping its buffer.
+    pub fn clear(&mut self) {
+        self.buf.truncate(6);
+        self.n = 0;
+    }
+}
 
 impl Pack {
     /// Appends an event and the input record it came from.
@@ -174,34 +237,7 @@ impl Pack {
         for v in &ev.values {
             put_value(&mut self.buf, v);
         }
-        self.events += 1;
-    }
-
-    /// How many events it holds.
-    pub fn len(&self) -> usize {
-        self.events as usize
-    }
-
-    /// Whether it holds no event.
-    pub fn is_empty(&self) -> bool {
-        self.events == 0
-    }
-
-    /// Whether it is full enough to be written now.
-    pub fn is_full(&self) -> bool {
-        self.buf.len() >= PACK_BYTES
-    }
-
-    /// The record's value, with the count written in.
-    pub fn finish(&mut self) -> &[u8] {
-        self.buf[2..6].copy_from_slice(&self.events.to_le_bytes());
-        &self.buf
-    }
-
-    /// Empties it for the next pack, keeping its buffer.
-    pub fn clear(&mut self) {
-        self.buf.truncate(6);
-        self.events = 0;
+        self.n += 1;
     }
 }
 
@@ -256,22 +292,6 @@ impl<'a> PackReader<'a> {
     }
 }
 
-/// A packed partial record being built (see the module documentation): partials are
-/// appended, and [`PartialPack::finish`] gives the value to write.
-#[derive(Debug, Clone)]
-pub struct PartialPack {
-    buf: Vec<u8>,
-    partials: u32,
-}
-
-impl Default for PartialPack {
-    fn default() -> PartialPack {
-        let mut buf = Vec::with_capacity(PACK_BYTES + 256);
-        buf.extend_from_slice(&[EVENTS_VERSION, KIND_PARTIALS, 0, 0, 0, 0]);
-        PartialPack { buf, partials: 0 }
-    }
-}
-
 impl PartialPack {
     /// Appends a partial of input partition `partition` of input topic `topic` (by index).
     pub fn push(&mut self, p: &Partial, topic: u16, partition: i32) {
@@ -299,29 +319,7 @@ impl PartialPack {
         p.acc.encode(&mut acc);
         put_varint(&mut self.buf, acc.len() as u64);
         self.buf.extend_from_slice(&acc);
-        self.partials += 1;
-    }
-
-    /// Whether it holds no partial.
-    pub fn is_empty(&self) -> bool {
-        self.partials == 0
-    }
-
-    /// Whether it is full enough to be written now.
-    pub fn is_full(&self) -> bool {
-        self.buf.len() >= PACK_BYTES
-    }
-
-    /// The record's value, with the count written in.
-    pub fn finish(&mut self) -> &[u8] {
-        self.buf[2..6].copy_from_slice(&self.partials.to_le_bytes());
-        &self.buf
-    }
-
-    /// Empties it for the next pack, keeping its buffer.
-    pub fn clear(&mut self) {
-        self.buf.truncate(6);
-        self.partials = 0;
+        self.n += 1;
     }
 }
 
