@@ -299,10 +299,14 @@ pub fn wait_for_first_pane(broker: &str, who: &str) {
 }
 
 /// What crossed the committed repartition topic of the pipeline `hop`: events one by one,
-/// partials, and the input records the partials stand for.
-pub fn crossed(broker: &str) -> (usize, usize, usize) {
+/// partials, and the input records the partials stand for. An error when the topic cannot be
+/// read from its start: the members delete its consumed records every 30 s, where the broker
+/// supports DeleteRecords.
+pub fn crossed(
+    broker: &str,
+) -> Result<(usize, usize, usize), tidemark::kafka::raw_log::RawLogError> {
     use tidemark::format::repartition::{decode, HopRecord};
-    let log = tidemark::kafka::raw_log::read_topic(broker, "hop-repartition").unwrap();
+    let log = tidemark::kafka::raw_log::read_topic(broker, "hop-repartition")?;
     let (mut events, mut partials, mut folded) = (0, 0, 0);
     for r in &log.committed {
         match decode(r.key.as_deref(), r.value.as_deref().unwrap_or_default()) {
@@ -316,7 +320,7 @@ pub fn crossed(broker: &str) -> (usize, usize, usize) {
             Err(e) => panic!("a repartition record does not decode: {e}"),
         }
     }
-    (events, partials, folded)
+    Ok((events, partials, folded))
 }
 
 /// Reads the output and dead-letter topics' committed records.
