@@ -121,24 +121,42 @@ fn join_leave_and_die(strategy: &str, log: bool) {
         std::fs::write(&p, text).unwrap();
         p
     };
+    // Each member logs at info level into its own file; a run that falls short prints the
+    // members' warnings and last lines, which name what held the group up.
+    let logs: Vec<_> = ["m1", "m2", "m3"]
+        .iter()
+        .map(|m| dir.path().join(format!("{m}.log")))
+        .collect();
+    let start = |i: usize| start_member_logged(&write(&format!("m{}", i + 1)), &logs[i]);
     let producer = s.produce(&broker.addr, 100, Duration::from_millis(150));
-    let m1 = start_member(&write("m1"));
+    let m1 = start(0);
     let mut seen = wait_for(&broker.addr, "panes", 1, 60);
     assert!(seen > 0, "m1 produced nothing");
-    let m2 = start_member(&write("m2"));
+    let m2 = start(1);
     seen = wait_for(&broker.addr, "panes", seen + 50, 60);
-    let mut m3 = start_member(&write("m3"));
+    let mut m3 = start(2);
     seen = wait_for(&broker.addr, "panes", seen + 50, 60);
     assert!(stop_member(m2).success(), "m2 should leave cleanly");
     seen = wait_for(&broker.addr, "panes", seen + 50, 60);
     m3.kill().unwrap(); // SIGKILL
     m3.wait().unwrap();
+    let killed = Instant::now();
     eprintln!("after join, join, leave and kill: {seen} panes committed");
     producer.join().unwrap();
     // On a broker that never evicts the killed member, the group heals only by moving to
     // membership from the log, about a minute after the kill on a quiet machine; on a loaded one
     // (two suites side by side) it took longer than two.
-    wait_for(&broker.addr, "panes", s.expected.len(), 240);
+    let got = wait_for(&broker.addr, "panes", s.expected.len(), 240);
+    eprintln!(
+        "{strategy}: {got} of {} panes {:?} after the kill",
+        s.expected.len(),
+        killed.elapsed()
+    );
+    if got < s.expected.len() {
+        for log in &logs {
+            eprintln!("{}", common::log_summary(log, 40));
+        }
+    }
     assert!(stop_member(m1).success());
     assert_exactly_once(&broker.addr, &s);
 }

@@ -623,6 +623,25 @@ pub fn wait_for_log(log: &std::path::Path, needle: &str, n: usize, secs: u64) {
     }
 }
 
+/// What a member's log file says, for a test that failed: its warnings and errors (at most
+/// `n`, the last ones) and its last `n` lines.
+pub fn log_summary(log: &std::path::Path, n: usize) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let warnings: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    format!(
+        "== {} ({} lines): last {n} warnings and errors\n{}\n== last {n} lines\n{}",
+        log.display(),
+        lines.len(),
+        warnings[warnings.len().saturating_sub(n)..].join("\n"),
+        lines[lines.len().saturating_sub(n)..].join("\n"),
+    )
+}
+
 /// Runs `tidemark COMMAND --config CFG ARGS...` to its end.
 pub fn run_tidemark(command: &str, cfg: &std::path::Path, args: &[&str]) -> std::process::Output {
     tidemark_command(command, cfg, args).output().unwrap()
