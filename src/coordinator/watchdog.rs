@@ -10,7 +10,11 @@
 //! holds partitions.
 //!
 //! A broker whose descriptions carry no assignment bytes
-//! ([`crate::kafka::quirks::DESCRIPTIONS_WITHOUT_ASSIGNMENTS`]) cannot say who owns what. There the watchdog says so once and judges from the log instead
+//! ([`crate::kafka::quirks::DESCRIPTIONS_WITHOUT_ASSIGNMENTS`]) cannot say who owns what, and one
+//! that keeps a killed member listed with its partitions
+//! ([`crate::kafka::quirks::DEAD_MEMBERS_NOT_EVICTED`]) describes them as owned while nobody
+//! works on them. So whenever a description shows no partition without an owner, or cannot show
+//! any (the watchdog says so once), the watchdog judges from the log
 //! ([`crate::kafka::group::StallWatch`]): a partition counts as without an owner while the raw log
 //! holds a data record at or after the group's committed offset and that offset does not move.
 //! A member never acts on a stall of a partition it holds itself (it is that partition's
@@ -165,12 +169,8 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicU32>, stop: Arc<AtomicBool
             continue;
         };
         let held = w.owned_here.lock().expect("lock").clone();
-        let (verdict, blind) = match look(&w.client, &w.group, counts, !held.is_empty()) {
-            Look::Unowned(unowned) => {
-                gauge!(m::UNOWNED_PARTITIONS).set(unowned.len() as f64);
-                // The watch doubles its bound after each wedge until a look finds every owner.
-                (wedge.observe(crate::clock::wall_ms(), &unowned), false)
-            }
+        let described = match look(&w.client, &w.group, counts, !held.is_empty()) {
+            Look::Unowned(unowned) => Some(unowned),
             Look::Unknown => continue,
             Look::Blind => {
                 if !said_blind {
@@ -180,6 +180,23 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicU32>, stop: Arc<AtomicBool
                          offset stays put while records wait after it)"
                     );
                     said_blind = true;
+                }
+                None
+            }
+        };
+        let (verdict, blind) = match described {
+            Some(unowned) if !unowned.is_empty() => {
+                gauge!(m::UNOWNED_PARTITIONS).set(unowned.len() as f64);
+                // The watch doubles its bound after each wedge until a look finds every owner.
+                (wedge.observe(crate::clock::wall_ms(), &unowned), false)
+            }
+            // Every partition has an owner in the description, or the description does not
+            // say: judge from the log. A broker that keeps a killed member listed with its
+            // partitions (`crate::kafka::quirks::DEAD_MEMBERS_NOT_EVICTED`) describes them as
+            // owned while nothing moves them.
+            described => {
+                if described.is_some() {
+                    wedge.observe(crate::clock::wall_ms(), &[]);
                 }
                 let Some(standings) = standings(&w, counts, &mut peeker) else {
                     continue;
@@ -196,7 +213,7 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicU32>, stop: Arc<AtomicBool
                          waiting, for longer than the bound"
                     );
                 }
-                (verdict, true)
+                (verdict, described.is_none())
             }
         };
         match verdict {

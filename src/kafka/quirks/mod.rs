@@ -269,14 +269,18 @@ pub const DEAD_MEMBERS_NOT_EVICTED: Quirk = Quirk {
              topic and share the partitions by a rule every member computes, without the \
              broker's group. A group under the broker's membership moves there by itself when \
              the watchdog finds it wedged twice in a row (coordinator::membership); \
-             kafka.membership = \"log\" starts there. Until the move, the claims fence the \
-             overlapping assignments (nothing is committed twice). The PostgreSQL sink follows \
+             kafka.membership = \"log\" starts there. The watchdog judges partitions that the \
+             description lists as owned from the log (a committed offset that stays put while \
+             records wait), since the dead member stays listed as their owner. Until the move, \
+             the claims fence the overlapping assignments (nothing is committed twice). The \
+             PostgreSQL sink follows \
              the setting, with its own members topic (connect), but does not move by itself: \
              under the broker's group, killed repeatedly on this broker, it stopped writing.",
     shown_by: &[
         "kafka_quirks::a_member_that_dies_is_evicted_after_its_session_or_not",
         "kafka_group::members_sharing_partitions_through_the_log_join_leave_and_die_without_loss_or_duplicates",
         "kafka_group::a_group_that_stays_wedged_moves_to_membership_from_the_log_and_finishes_the_input",
+        "kafka_group::members_join_leave_and_die_without_loss_or_duplicates_with_range",
     ],
 };
 
