@@ -155,7 +155,7 @@ fn peeker_tells_data_from_markers() {
 /// out, the open transaction's never do.
 #[test]
 fn tailer_gives_up_a_transaction_older_than_the_timeout() {
-    use tidemark::kafka::raw_log::Tailer;
+    use tidemark::kafka::raw_log::CommittedReader;
     let broker = common::Broker::start();
     broker.create_topic("tailed", 1);
     let t = Duration::from_secs(10);
@@ -193,7 +193,7 @@ fn tailer_gives_up_a_transaction_older_than_the_timeout() {
     other.commit_transaction(t).unwrap();
 
     let timeout_ms = 3_000;
-    let mut tailer = Tailer::connect(&broker.addr, "tailed", timeout_ms).unwrap();
+    let mut tailer = CommittedReader::connect(&broker.addr, "tailed", timeout_ms).unwrap();
     tailer.follow(0, 0);
     let started = std::time::Instant::now();
     let mut seen: Vec<(String, Duration)> = Vec::new();

@@ -36,7 +36,7 @@
 
 use super::errors::{CycleError, RunError};
 use super::Core;
-use crate::kafka::raw_log::{PartitionTail, RawLogError};
+use crate::kafka::raw_log::{RawLogError, RawPartitionReader};
 use crate::kafka::{assignor, roster};
 use crate::metrics as m;
 use metrics::counter;
@@ -200,7 +200,7 @@ pub(super) fn process_token(instance_id: &str) -> String {
 /// A member's claims: its book, and its reader of the claims topic.
 pub(super) struct Claims {
     book: ClaimBook,
-    tail: PartitionTail,
+    reader: RawPartitionReader,
     /// Held partitions found claimed by another process in a look outside the commit cycle,
     /// for the next cycle's check.
     pending: Vec<TopicPartition>,
@@ -215,13 +215,13 @@ impl Claims {
         topic: &str,
         instance_id: &str,
     ) -> Result<Claims, RawLogError> {
-        let mut tail = PartitionTail::connect(bootstrap, topic, 0)?;
-        let (records, end) = tail.read_from(0)?;
+        let mut reader = RawPartitionReader::connect(bootstrap, topic, 0)?;
+        let (records, end) = reader.read_from(0)?;
         let mut book = ClaimBook::new(process_token(instance_id), end);
         book.read(records.iter().map(key_value), end);
         Ok(Claims {
             book,
-            tail,
+            reader,
             pending: Vec::new(),
         })
     }
@@ -229,7 +229,7 @@ impl Claims {
     /// Reads the claims written since the last look into the book; returns the held partitions
     /// another process claimed since this one did.
     fn look(&mut self) -> Result<Vec<TopicPartition>, RawLogError> {
-        let (records, next) = self.tail.read_from(self.book.next())?;
+        let (records, next) = self.reader.read_from(self.book.next())?;
         Ok(self.book.read(records.iter().map(key_value), next))
     }
 }

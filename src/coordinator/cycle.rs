@@ -264,7 +264,7 @@ impl Core {
             if hop {
                 // The repartition topic is read again from the committed offset.
                 let from = part.committed_offset.unwrap_or(0);
-                if let Some(t) = self.tailer.as_mut() {
+                if let Some(t) = self.hop_reader.as_mut() {
                     t.follow(p, from);
                 }
                 continue;

@@ -205,19 +205,19 @@ impl Core {
     /// Second stage: reads what committed on the owned repartition partitions since the last
     /// read and processes it. Returns how many records were fetched.
     pub(super) fn read_repartition(&mut self) -> Result<usize, CycleError> {
-        let Some(tailer) = self.tailer.as_mut() else {
+        let Some(reader) = self.hop_reader.as_mut() else {
             return Ok(0);
         };
-        if tailer.is_idle() {
+        if reader.is_idle() {
             return Ok(0);
         }
         let mut records = Vec::new();
-        let fetched = match tailer.poll(0, |r| records.push(r)) {
+        let fetched = match reader.poll(0, |r| records.push(r)) {
             Ok(n) => n,
             Err(e) => {
                 // A leader that moved, a broker that is busy: read again from where the reads got
                 // to. The records handed on before the error (other partitions of the same
-                // response) are processed below: the tailer has moved past them.
+                // response) are processed below: the reader has moved past them.
                 tracing::warn!("reading the repartition topic: {e}");
                 std::thread::sleep(std::time::Duration::from_millis(100));
                 0

@@ -71,7 +71,7 @@ use crate::config::{KafkaSpec, PipelineSpec};
 use crate::format::repartition as wire;
 use crate::format::Encoder;
 use crate::input::decode::Decoder;
-use crate::kafka::raw_log::{Peeker, Tailer};
+use crate::kafka::raw_log::{CommittedReader, Peeker};
 use crate::metrics::{self as m, Health};
 use crate::state::store::StateStore;
 use crate::windowing::spec::Event;
@@ -153,7 +153,7 @@ pub struct Core {
     /// The names of every input partition: the watermark sources of each repartition partition.
     source_names: Vec<String>,
     /// The hop's second stage: the repartition topic's raw log, followed.
-    tailer: Option<Tailer>,
+    hop_reader: Option<CommittedReader>,
     /// The second stage decodes every event into this one buffer.
     hop_event: Event,
     /// The second stage decodes every watermark record's reports into this one buffer.
@@ -255,9 +255,9 @@ pub fn run(
             "auto.offset.reset = {reset_name:?} is not supported"
         ))
     })?;
-    let tailer = match topology {
+    let hop_reader = match topology {
         Topology::Hop { .. } => Some(
-            Tailer::connect(
+            CommittedReader::connect(
                 &k.bootstrap_servers,
                 &k.repartition_topic,
                 k.transaction_timeout,
@@ -285,7 +285,7 @@ pub fn run(
         parts: BTreeMap::new(),
         sources: BTreeMap::new(),
         source_names: layout.source_names,
-        tailer,
+        hop_reader,
         hop_event: Event::default(),
         hop_reports: Vec::new(),
         hop_packs: Vec::new(),
@@ -334,14 +334,14 @@ pub fn run(
         let tailing = core
             .lock()
             .expect("lock")
-            .tailer
+            .hop_reader
             .as_ref()
             .is_some_and(|t| !t.is_idle());
         if tailing && (tail_busy || last_tail.elapsed() >= TAIL_EVERY) {
             last_tail = Instant::now();
             let mut c = core.lock().expect("lock");
             let read = c.read_repartition();
-            let behind = c.tailer.as_ref().is_some_and(Tailer::is_behind);
+            let behind = c.hop_reader.as_ref().is_some_and(|r| r.is_behind());
             tail_busy = behind || matches!(read, Ok(n) if n > 0);
             if let Err(e) = settle(&mut c, &member.consumer, read.map(|_| ()), true) {
                 result = Err(e);

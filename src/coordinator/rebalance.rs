@@ -235,7 +235,7 @@ impl Core {
         let (cf, stats) = self.restore_part(p, pre)?;
         let step = Step::open_back(&self.spec.engine, &self.store, p, &self.source_names)
             .map_err(|e| RunError::Fatal(e.to_string()))?;
-        if let Some(t) = self.tailer.as_mut() {
+        if let Some(t) = self.hop_reader.as_mut() {
             t.follow(p, stats.committed.unwrap_or(0));
         }
         let topic = self.k.repartition_topic.clone();
@@ -454,7 +454,7 @@ impl Core {
             Topology::Passthrough => false,
         };
         if windowing {
-            if let Some(t) = self.tailer.as_mut() {
+            if let Some(t) = self.hop_reader.as_mut() {
                 t.unfollow(p);
             }
             self.parts.remove(&p).is_some()

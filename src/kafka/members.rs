@@ -4,7 +4,7 @@
 //! (`coordinator::roster` follows it); a sink's members keep theirs in a topic of their own
 //! (`connect`).
 
-use super::raw_log::{read_partition, Follow, PartitionTail};
+use super::raw_log::{read_partition, Follow, RawPartitionReader};
 use super::roster::{
     parts_of, share, token_of, Liveness, TopicPartition, HEARTBEAT_KEY, LEAVE_KEY,
 };
@@ -29,7 +29,7 @@ pub struct Roster {
     token: String,
     topic: String,
     producer: BaseProducer,
-    tail: PartitionTail,
+    reader: RawPartitionReader,
     next: i64,
     heard: Liveness,
     session: Duration,
@@ -56,9 +56,9 @@ impl Roster {
         producer.set("acks", "all");
         producer.set("linger.ms", "0");
         let producer: BaseProducer = producer.create().map_err(|e| MembersError(e.to_string()))?;
-        let mut tail = PartitionTail::connect(bootstrap, topic, 0)
+        let mut reader = RawPartitionReader::connect(bootstrap, topic, 0)
             .map_err(|e| MembersError(format!("reading {topic}: {e}")))?;
-        let (records, next) = tail
+        let (records, next) = reader
             .read_from(0)
             .map_err(|e| MembersError(format!("reading {topic}: {e}")))?;
         let wall = SystemTime::now()
@@ -69,7 +69,7 @@ impl Roster {
             token,
             topic: topic.to_string(),
             producer,
-            tail,
+            reader,
             next,
             heard,
             session,
@@ -125,7 +125,7 @@ impl Roster {
             return None;
         }
         self.last_look = Some(Instant::now());
-        match self.tail.read_from(self.next) {
+        match self.reader.read_from(self.next) {
             Ok((records, next)) => {
                 let now = Instant::now();
                 for (key, value, _) in records.iter().map(parts_of) {

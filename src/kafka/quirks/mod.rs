@@ -294,10 +294,10 @@ pub const APPENDS_VISIBLE_OUT_OF_ORDER: Quirk = Quirk {
                 (docs/reliability.md); a client-only probe did not make it happen.",
     seen_on: &[("tansu", "0.6.0")],
     remedy: "The repartition reader stays at a hole in an answer and fetches again for up to \
-             2 s, logging the hole and whether it filled (kafka::raw_log::tailer); the hop's \
+             2 s, logging the hole and whether it filled (kafka::raw_log::committed_reader); the hop's \
              chaos summary counts both.",
     shown_by: &[
-        "kafka::raw_log::tailer::tests::reads_wait_at_a_hole_until_it_fills",
+        "kafka::raw_log::committed_reader::tests::reads_wait_at_a_hole_until_it_fills",
         "kafka_chaos_hop::the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once",
     ],
 };

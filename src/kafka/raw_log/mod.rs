@@ -9,29 +9,29 @@
 //! * `fetch` — Fetch requests and their answers decoded into records;
 //! * `resolve` — the transaction resolver (pure, with its tests);
 //! * `read` — whole reads: a partition, a topic, a follower, a dump;
-//! * `tailer` — the repartition topic's reader, many partitions side by side;
+//! * `committed_reader` — committed records of many partitions side by side (the repartition topic);
 //! * `peeker` — whether data waits after an offset;
-//! * `partition_tail` — one partition read on from where it stopped.
+//! * `raw_reader` — every data record of one partition, read on from where it stopped (claims).
 
 mod client;
+mod committed_reader;
 mod fetch;
-mod partition_tail;
 mod peeker;
+mod raw_reader;
 mod read;
 mod resolve;
-mod tailer;
 
 pub(crate) use client::connect;
 pub use client::RawClient;
-pub use partition_tail::PartitionTail;
+pub use committed_reader::CommittedReader;
 pub use peeker::Peeker;
+pub use raw_reader::RawPartitionReader;
 pub use read::{
     dump_topic, read_partition, read_topic, stream_partition, DumpedRecord, Follow, TopicReader,
 };
 pub use resolve::resolve_records;
 #[cfg(test)]
 pub(crate) use resolve::tests;
-pub use tailer::Tailer;
 
 use bytes::Bytes;
 use kafka_protocol::records::Record;

@@ -18,13 +18,13 @@ use std::collections::BTreeMap;
 /// older than the transaction timeout is given up as aborted (the broker aborts it; it can never
 /// commit), the rule a restore follows too, so a producer that died and never came back cannot
 /// stall a partition for ever.
-pub struct Tailer {
+pub struct CommittedReader {
     topic: String,
     bootstrap: Bootstrap,
     conns: Leaders,
     /// Leader address per partition, asked afresh after an error.
     leaders: BTreeMap<i32, String>,
-    parts: BTreeMap<i32, TailPart>,
+    parts: BTreeMap<i32, ReadPart>,
     transaction_timeout: i64,
     /// Rotates the order of partitions in requests: some brokers fill a response from its first
     /// partition on, which would starve the others while it has a backlog.
@@ -41,7 +41,7 @@ pub struct Tailer {
 pub(super) const BEHIND_WAIT_MS: i32 = 50;
 
 /// One followed partition.
-pub(super) struct TailPart {
+pub(super) struct ReadPart {
     resolver: StreamResolver,
     /// The offset of the next fetch.
     fetch_offset: i64,
@@ -55,7 +55,7 @@ pub(super) struct TailPart {
 /// How long a partition's reads wait at a hole in fetch answers before they go past it.
 const HOLE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-impl TailPart {
+impl ReadPart {
     /// Takes note of a record at `offset` read where a hole was: the append filled it.
     fn filled_hole(&mut self, topic: &str, partition: i32, offset: i64) {
         if let Some((at, since)) = self.hole {
@@ -112,24 +112,24 @@ impl TailPart {
     }
 }
 
-impl std::fmt::Debug for Tailer {
+impl std::fmt::Debug for CommittedReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tailer")
+        f.debug_struct("CommittedReader")
             .field("topic", &self.topic)
             .field("partitions", &self.parts.keys().collect::<Vec<_>>())
             .finish()
     }
 }
 
-impl Tailer {
+impl CommittedReader {
     /// Connects to the first bootstrap server; transactions older than `transaction_timeout`
     /// (ms) without a marker are given up as aborted.
     pub fn connect(
         bootstrap: &str,
         topic: &str,
         transaction_timeout: i64,
-    ) -> Result<Tailer, RawLogError> {
-        Ok(Tailer {
+    ) -> Result<CommittedReader, RawLogError> {
+        Ok(CommittedReader {
             topic: topic.to_string(),
             bootstrap: Bootstrap::connect(bootstrap)?,
             conns: Leaders::new(),
@@ -145,7 +145,7 @@ impl Tailer {
     pub fn follow(&mut self, p: i32, from: i64) {
         self.parts.insert(
             p,
-            TailPart {
+            ReadPart {
                 resolver: StreamResolver::new(p, from),
                 fetch_offset: from,
                 at_end: false,
@@ -309,8 +309,8 @@ impl Tailer {
 mod tests {
     use super::*;
 
-    fn part_at(offset: i64) -> TailPart {
-        TailPart {
+    fn part_at(offset: i64) -> ReadPart {
+        ReadPart {
             resolver: StreamResolver::new(0, offset),
             fetch_offset: offset,
             at_end: false,

@@ -9,7 +9,7 @@ use super::*;
 /// connections: every data record, whatever became of its transaction (committed, aborted or
 /// still open). For logs where a record counts as soon as it is written, such as the claims
 /// topic's.
-pub struct PartitionTail {
+pub struct RawPartitionReader {
     topic: String,
     partition: i32,
     bootstrap: Bootstrap,
@@ -17,26 +17,26 @@ pub struct PartitionTail {
     leader: Option<String>,
 }
 
-impl std::fmt::Debug for PartitionTail {
+impl std::fmt::Debug for RawPartitionReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PartitionTail")
+        f.debug_struct("RawPartitionReader")
             .field("topic", &self.topic)
             .field("partition", &self.partition)
             .finish_non_exhaustive()
     }
 }
 
-/// How many answers that stop short of the high watermark a [`PartitionTail`] asks again.
+/// How many answers that stop short of the high watermark a [`RawPartitionReader`] asks again.
 pub(super) const SHORT_ANSWERS: usize = 50;
 
-impl PartitionTail {
+impl RawPartitionReader {
     /// Connects to the first bootstrap server.
     pub fn connect(
         bootstrap: &str,
         topic: &str,
         partition: i32,
-    ) -> Result<PartitionTail, RawLogError> {
-        Ok(PartitionTail {
+    ) -> Result<RawPartitionReader, RawLogError> {
+        Ok(RawPartitionReader {
             topic: topic.to_string(),
             partition,
             bootstrap: Bootstrap::connect(bootstrap)?,
