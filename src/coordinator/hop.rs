@@ -533,7 +533,9 @@ impl Core {
         for key in keys {
             let (topic_index, p) = key;
             let topic = self.input_topic(topic_index).to_string();
-            let caught_up = self.is_caught_up(&topic, p, self.sources[&key].position());
+            let caught_up = self
+                .catch_up
+                .is_caught_up(&topic, p, self.sources[&key].position());
             let refresh = self.idle_refresh();
             let src = self.sources.get_mut(&key).expect("listed");
             if partitions.is_some() {
@@ -676,7 +678,9 @@ impl Core {
         let now = wall_ms();
         let refresh = self.idle_refresh();
         self.sources.iter().any(|(&(t, p), src)| {
-            let caught_up = self.is_caught_up(self.input_topic(t), p, src.position());
+            let caught_up = self
+                .catch_up
+                .is_caught_up(self.input_topic(t), p, src.position());
             needs_writing(src.written, src.front.report(now, caught_up), now, refresh)
         })
     }

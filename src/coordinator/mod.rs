@@ -18,6 +18,7 @@
 //! * `errors` — [`RunError`], and the classification of transactional errors;
 //! * `delivery` — the producer context that tracks the open transaction's deliveries;
 //! * `setup` — topics, decoder and encoder at startup; `telemetry` — metric handles and reports;
+//!   `catch_up` — whether input partitions are read to their end (their raw logs looked at);
 //!   `watchdog` — the group watchdog, which asks for a rejoin when partitions stay without owner;
 //!   `membership` — the consumer, its subscription, and the rejoin.
 //!
@@ -71,11 +72,12 @@ use crate::config::{KafkaSpec, PipelineSpec};
 use crate::format::repartition as wire;
 use crate::format::Encoder;
 use crate::input::decode::Decoder;
-use crate::kafka::raw_log::{CommittedReader, Peeker};
+use crate::kafka::raw_log::CommittedReader;
 use crate::metrics::{self as m, Health};
 use crate::state::store::StateStore;
 use crate::windowing::spec::Event;
 use crate::windowing::watermark::SourceWatermark;
+use catch_up::CatchUp;
 use cycle::settle;
 use delivery::{Deliveries, TxnContext};
 use errors::CycleError;
@@ -85,12 +87,13 @@ use rdkafka::consumer::Consumer;
 use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::Offset;
 use setup::{codecs, ensure_topics, open_store};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use telemetry::{BatchOutcome, Counters};
 
+mod catch_up;
 mod claims;
 mod cycle;
 mod delivery;
@@ -161,11 +164,8 @@ pub struct Core {
     /// The first stage's event and partial records being built, one per repartition partition.
     hop_packs: Vec<wire::Pack>,
     hop_partials: Vec<wire::PartialPack>,
-    /// Per input partition, whether the raw log showed no data record after its position, the
-    /// position it was looked at from, and when: a source is idle only when caught up.
-    caught_up: HashMap<(String, i32), (bool, i64, Instant)>,
-    /// Looks at input partitions' raw logs for records after their positions.
-    peeker: Option<Peeker>,
+    /// Whether input partitions are read to their end: a source is idle only when caught up.
+    catch_up: CatchUp,
     /// Partitions of the offsets topic (the first stage's offset markers).
     offsets_partitions: i32,
     batch_records: usize,
@@ -290,8 +290,7 @@ pub fn run(
         hop_reports: Vec::new(),
         hop_packs: Vec::new(),
         hop_partials: Vec::new(),
-        caught_up: HashMap::new(),
-        peeker: None,
+        catch_up: CatchUp::new(&k.bootstrap_servers),
         offsets_partitions: layout.offsets_partitions,
         batch_records: 0,
         dirty: false,

@@ -9,7 +9,6 @@ use crate::clock::wall_ms;
 use crate::format::dead_letter::DeadLetter;
 use crate::format::pane;
 use crate::input::{DecodeError, Meta};
-use crate::kafka::raw_log::Peeker;
 use crate::pipeline::{Decoded, Reason, Rejection};
 use crate::windowing::engine::Pane;
 use rdkafka::message::{BorrowedMessage, Message};
@@ -170,7 +169,7 @@ impl Core {
         let caught_up: Vec<bool> = self
             .parts
             .iter()
-            .map(|(&p, part)| direct && self.is_caught_up(&topic, p, part.position()))
+            .map(|(&p, part)| direct && self.catch_up.is_caught_up(&topic, p, part.position()))
             .collect();
         for (part, caught_up) in self.parts.values_mut().zip(caught_up) {
             let panes = part
@@ -184,7 +183,10 @@ impl Core {
         let caught_up: Vec<bool> = self
             .sources
             .iter()
-            .map(|(&(t, p), src)| self.is_caught_up(self.input_topic(t), p, src.position()))
+            .map(|(&(t, p), src)| {
+                self.catch_up
+                    .is_caught_up(self.input_topic(t), p, src.position())
+            })
             .collect();
         for (src, caught_up) in self.sources.values_mut().zip(caught_up) {
             src.front.tick(now, caught_up);
@@ -211,12 +213,9 @@ impl Core {
 
 impl Core {
     /// Looks at the raw log of every input partition that would be idle if it were caught up
-    /// (silent for the idle timeout) and was not looked at for [`CAUGHT_UP_EVERY`]: does a data
+    /// (silent for the idle timeout) and whose look is due ([`CatchUp::due`]): does a data
     /// record lie after its position? Only then can it count as idle.
     pub(super) fn refresh_caught_up(&mut self, now: i64) {
-        let due = |c: Option<&(bool, i64, Instant)>, position: i64| {
-            c.is_none_or(|(_, at, checked)| *at != position || checked.elapsed() >= CAUGHT_UP_EVERY)
-        };
         let mut wanted: std::collections::BTreeMap<String, Vec<(i32, i64)>> = Default::default();
         if self.topology == Topology::Direct {
             let topic = &self.k.input_topics[0];
@@ -227,7 +226,7 @@ impl Core {
                     .iter()
                     .any(|(_, f)| f.report(now, true).idle_at.is_some());
                 let position = part.position();
-                if quiet && due(self.caught_up.get(&(topic.clone(), p)), position) {
+                if quiet && self.catch_up.due(topic, p, position) {
                     wanted.entry(topic.clone()).or_default().push((p, position));
                 }
             }
@@ -236,7 +235,7 @@ impl Core {
             let topic = self.input_topic(t);
             let position = src.position();
             if src.front.report(now, true).idle_at.is_some()
-                && due(self.caught_up.get(&(topic.to_string(), p)), position)
+                && self.catch_up.due(topic, p, position)
             {
                 wanted
                     .entry(topic.to_string())
@@ -244,40 +243,9 @@ impl Core {
                     .push((p, position));
             }
         }
-        if wanted.is_empty() {
-            return;
-        }
-        if self.peeker.is_none() {
-            match Peeker::connect(&self.k.bootstrap_servers) {
-                Ok(p) => self.peeker = Some(p),
-                Err(e) => {
-                    tracing::warn!("looking at the input's raw log: {e}");
-                    return;
-                }
-            }
-        }
-        let peeker = self.peeker.as_mut().expect("connected above");
-        for (topic, parts) in wanted {
-            match peeker.data_after(&topic, &parts) {
-                Ok(found) => {
-                    for (p, position) in parts {
-                        let data = found.get(&p).copied().unwrap_or(true);
-                        self.caught_up
-                            .insert((topic.clone(), p), (!data, position, Instant::now()));
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!("looking at the raw log of {topic}: {e}");
-                    self.peeker = None;
-                    return;
-                }
-            }
-        }
+        self.catch_up.look(wanted);
     }
 }
-
-/// How often a quiet input partition's raw log is looked at to tell whether it is caught up.
-const CAUGHT_UP_EVERY: Duration = Duration::from_millis(250);
 
 /// What a dead letter says about the input record `topic`/`partition`/`offset` it stands for.
 fn dead_letter_of(

@@ -15,7 +15,6 @@ use crate::state::changelog::{
     MARKER_PARTITIONS_HEADER, OFFSET_MARKER_KEY, SOURCE_WATERMARK_HEADER,
 };
 use rdkafka::message::{Header, OwnedHeaders};
-use std::time::Duration;
 
 pub(super) use crate::state::changelog::marker_partition as offsets_partition;
 
@@ -82,16 +81,5 @@ impl Core {
     /// The input topic of index `i` (the hop names source topics by index).
     pub(super) fn input_topic(&self, i: u16) -> &str {
         &self.k.input_topics[usize::from(i)]
-    }
-
-    /// Whether input partition `p` of `topic`, at `position`, has been read to its end: a look at
-    /// its raw log from that very position, less than a second ago, found no data record after it
-    /// (unknown: no).
-    pub(super) fn is_caught_up(&self, topic: &str, p: i32, position: i64) -> bool {
-        self.caught_up
-            .get(&(topic.to_string(), p))
-            .is_some_and(|(c, at, checked)| {
-                *c && *at == position && checked.elapsed() < Duration::from_secs(1)
-            })
     }
 }
