@@ -90,7 +90,7 @@ fn audit_resolves_transactions_from_the_raw_log() {
 
 /// The peek that tells an input partition caught up: data after an offset is found, the commit
 /// marker after the last record is not data, an open transaction's records are (they may
-/// commit), and an empty partition has none.
+/// commit) until the transaction aborts, and an empty partition has none.
 #[test]
 fn peeker_tells_data_from_markers() {
     use tidemark::kafka::raw_log::Peeker;
@@ -147,6 +147,16 @@ fn peeker_tells_data_from_markers() {
         [(0, false), (1, true), (2, false)]
     );
     producer.abort_transaction(t).unwrap();
+    // Once aborted, the open record and its ABORT marker are no data: an input whose last
+    // records were aborted is caught up, and a partition that holds nothing else is no stall.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while peeker.data_after("peeked", &[(1, 0)]).unwrap()[&1] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "records of an aborted transaction count as data"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The second stage's follower holds committed records back behind a transaction with no marker

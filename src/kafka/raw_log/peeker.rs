@@ -2,15 +2,17 @@
 
 use super::client::*;
 use super::fetch::*;
+use super::resolve::control_type;
 use super::*;
 use bytes::Buf;
-use kafka_protocol::records::RecordBatchDecoder;
+use kafka_protocol::records::{Record, RecordBatchDecoder};
 use std::collections::{BTreeMap, HashMap};
 
 /// Says whether partitions of a topic hold a data record at or after a given offset, from the raw
 /// log, in one fetch per leader: whether an input is caught up, judged from the log itself rather
 /// than from a high watermark a broker may misreport ([`crate::kafka::quirks::HIGH_WATERMARK_AFTER_BATCH`]).
-/// Control records (transaction markers) do not count.
+/// Control records (transaction markers) do not count, nor do records of a transaction whose
+/// ABORT marker the same answer shows.
 pub struct Peeker {
     bootstrap: Bootstrap,
     conns: Leaders,
@@ -85,21 +87,17 @@ impl Peeker {
                     };
                     let data = match fp.error_code {
                         0 => {
-                            let mut data = false;
-                            // Offsets up to here were seen (as control records).
-                            let mut seen = offset;
+                            let mut look = Look::from(offset);
                             if let Some(mut bytes) = fp.records {
-                                while bytes.has_remaining() && !data {
+                                while bytes.has_remaining() && !look.data {
                                     let set =
                                         RecordBatchDecoder::decode(&mut bytes).map_err(|e| {
                                             RawLogError::Protocol(format!("record batch: {e}"))
                                         })?;
-                                    for r in &set.records {
-                                        data |= !r.control && r.offset >= offset;
-                                        seen = seen.max(r.offset + 1);
-                                    }
+                                    set.records.iter().for_each(|r| look.see(r));
                                 }
                             }
+                            let (data, seen) = look.finish();
                             // A broker may answer before it has read the log
                             // (quirks::FETCH_ANSWERED_BEFORE_READ): offsets below the high
                             // watermark that the answer did not show may hold data, so they count
@@ -124,5 +122,124 @@ impl Peeker {
     }
 }
 
+/// What one answer shows after an offset, record by record in offset order: a data record
+/// counts unless its transaction's ABORT marker follows in the same answer. Records of a
+/// transaction still open count (they may commit); a marker settles only the records of its own
+/// producer id and epoch, so a marker written under a bumped epoch
+/// ([`crate::kafka::quirks::EPOCH_BUMP_BEFORE_MARKERS`]) leaves them counted.
+#[derive(Debug)]
+struct Look {
+    from: i64,
+    /// Whether a data record at or after `from` is known to count.
+    data: bool,
+    /// Per (producer id, epoch): whether its unsettled transaction holds a record at or after
+    /// `from`.
+    pending: HashMap<(i64, i16), bool>,
+    /// Offsets up to here were seen.
+    seen: i64,
+}
+
+impl Look {
+    fn from(from: i64) -> Look {
+        Look {
+            from,
+            data: false,
+            pending: HashMap::new(),
+            seen: from,
+        }
+    }
+
+    fn see(&mut self, r: &Record) {
+        self.seen = self.seen.max(r.offset + 1);
+        let producer = (r.producer_id, r.producer_epoch);
+        if r.control {
+            match control_type(r) {
+                Some(COMMIT) => self.data |= self.pending.remove(&producer) == Some(true),
+                Some(ABORT) => {
+                    self.pending.remove(&producer);
+                }
+                _ => {}
+            }
+        } else if r.offset >= self.from {
+            if r.transactional {
+                self.pending.insert(producer, true);
+            } else {
+                self.data = true;
+            }
+        }
+    }
+
+    /// Whether data waits after `from`, and the offset up to which the answer was seen.
+    fn finish(self) -> (bool, i64) {
+        (self.data || self.pending.values().any(|&d| d), self.seen)
+    }
+}
+
+/// A transaction marker's control type: the transaction aborted.
+const ABORT: i16 = 0;
+/// A transaction marker's control type: the transaction committed.
+const COMMIT: i16 = 1;
+
 /// Kafka's OFFSET_OUT_OF_RANGE error code.
 pub(super) const OFFSET_OUT_OF_RANGE: i16 = 1;
+
+#[cfg(test)]
+mod tests {
+    use super::super::resolve::tests::raw;
+    use super::*;
+    use bytes::Bytes;
+
+    fn data(offset: i64, pid: i64, transactional: bool) -> Record {
+        raw(
+            offset,
+            pid,
+            transactional,
+            None,
+            None,
+            Bytes::from_static(b"v"),
+            0,
+        )
+    }
+
+    fn marker(offset: i64, pid: i64, kind: i16) -> Record {
+        raw(offset, pid, true, Some(kind), None, Bytes::new(), 0)
+    }
+
+    fn look(from: i64, records: &[Record]) -> (bool, i64) {
+        let mut l = Look::from(from);
+        records.iter().for_each(|r| l.see(r));
+        l.finish()
+    }
+
+    #[test]
+    fn records_of_an_aborted_transaction_are_not_waiting_data() {
+        let aborted = [data(0, 7, true), data(1, 7, true), marker(2, 7, ABORT)];
+        assert_eq!(look(0, &aborted), (false, 3));
+        let committed = [data(0, 7, true), marker(1, 7, COMMIT)];
+        assert_eq!(look(0, &committed), (true, 2));
+        assert_eq!(look(1, &committed), (false, 2), "only the marker after 1");
+        let open = [data(0, 7, true), marker(1, 7, ABORT), data(2, 7, true)];
+        assert_eq!(look(0, &open), (true, 3), "a later transaction, still open");
+        let plain = [data(0, -1, false)];
+        assert_eq!(look(0, &plain), (true, 1));
+        // A committed transaction before an aborted one of the same producer.
+        let both = [
+            data(0, 7, true),
+            marker(1, 7, COMMIT),
+            data(2, 7, true),
+            marker(3, 7, ABORT),
+        ];
+        assert_eq!(look(0, &both), (true, 4));
+        assert_eq!(look(2, &both), (false, 4));
+        // Another producer's ABORT settles nothing of this one.
+        let other = [data(0, 7, true), marker(1, 8, ABORT)];
+        assert_eq!(look(0, &other), (true, 2));
+    }
+
+    #[test]
+    fn a_marker_under_another_epoch_settles_nothing() {
+        let mut bumped = marker(1, 7, ABORT);
+        bumped.producer_epoch = 1;
+        assert_eq!(look(0, &[data(0, 7, true), bumped]), (true, 2));
+    }
+}
