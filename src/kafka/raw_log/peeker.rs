@@ -2,17 +2,18 @@
 
 use super::client::*;
 use super::fetch::*;
-use super::resolve::control_type;
+use super::resolve::StreamResolver;
 use super::*;
 use bytes::Buf;
 use kafka_protocol::records::{Record, RecordBatchDecoder};
 use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
 
 /// Says whether partitions of a topic hold a data record at or after a given offset, from the raw
 /// log, in one fetch per leader: whether an input is caught up, judged from the log itself rather
 /// than from a high watermark a broker may misreport ([`crate::kafka::quirks::HIGH_WATERMARK_AFTER_BATCH`]).
-/// Control records (transaction markers) do not count, nor do records of a transaction whose
-/// ABORT marker the same answer shows.
+/// Control records (transaction markers) do not count, nor do records of a transaction that the
+/// same answer shows aborted.
 pub struct Peeker {
     bootstrap: Bootstrap,
     conns: Leaders,
@@ -87,14 +88,14 @@ impl Peeker {
                     };
                     let data = match fp.error_code {
                         0 => {
-                            let mut look = Look::from(offset);
+                            let mut look = Look::new(p, offset);
                             if let Some(mut bytes) = fp.records {
-                                while bytes.has_remaining() && !look.data {
+                                while bytes.has_remaining() && !look.committed {
                                     let set =
                                         RecordBatchDecoder::decode(&mut bytes).map_err(|e| {
                                             RawLogError::Protocol(format!("record batch: {e}"))
                                         })?;
-                                    set.records.iter().for_each(|r| look.see(r));
+                                    set.records.into_iter().for_each(|r| look.see(r));
                                 }
                             }
                             let (data, seen) = look.finish();
@@ -122,63 +123,52 @@ impl Peeker {
     }
 }
 
-/// What one answer shows after an offset, record by record in offset order: a data record
-/// counts unless its transaction's ABORT marker follows in the same answer. Records of a
-/// transaction still open count (they may commit); a marker settles only the records of its own
-/// producer id and epoch, so a marker written under a bumped epoch
-/// ([`crate::kafka::quirks::EPOCH_BUMP_BEFORE_MARKERS`]) leaves them counted.
-#[derive(Debug)]
+/// What one answer shows after an offset, with its transactions resolved as every reader of the
+/// raw log resolves them ([`StreamResolver`]): a record at or after the offset counts once its
+/// transaction commits or while it has no marker yet (it may commit), never once it aborted.
+/// Data records before the offset are left out; markers are all fed, since one may settle
+/// records after the offset.
 struct Look {
     from: i64,
-    /// Whether a data record at or after `from` is known to count.
-    data: bool,
-    /// Per (producer id, epoch): whether its unsettled transaction holds a record at or after
-    /// `from`.
-    pending: HashMap<(i64, i16), bool>,
-    /// Offsets up to here were seen.
-    seen: i64,
+    resolver: StreamResolver,
+    /// Whether a committed record at or after `from` has come out.
+    committed: bool,
 }
 
 impl Look {
-    fn from(from: i64) -> Look {
+    fn new(partition: i32, from: i64) -> Look {
         Look {
             from,
-            data: false,
-            pending: HashMap::new(),
-            seen: from,
+            resolver: StreamResolver::new(partition, from),
+            committed: false,
         }
     }
 
-    fn see(&mut self, r: &Record) {
-        self.seen = self.seen.max(r.offset + 1);
-        let producer = (r.producer_id, r.producer_epoch);
-        if r.control {
-            match control_type(r) {
-                Some(COMMIT) => self.data |= self.pending.remove(&producer) == Some(true),
-                Some(ABORT) => {
-                    self.pending.remove(&producer);
-                }
-                _ => {}
-            }
-        } else if r.offset >= self.from {
-            if r.transactional {
-                self.pending.insert(producer, true);
-            } else {
-                self.data = true;
-            }
+    fn see(&mut self, r: Record) {
+        if r.control || r.offset >= self.from {
+            let committed = &mut self.committed;
+            self.resolver
+                .push(r, &mut |_| {
+                    *committed = true;
+                    Ok::<(), Infallible>(())
+                })
+                .unwrap_or_else(|e| match e {});
         }
     }
 
     /// Whether data waits after `from`, and the offset up to which the answer was seen.
-    fn finish(self) -> (bool, i64) {
-        (self.data || self.pending.values().any(|&d| d), self.seen)
+    fn finish(mut self) -> (bool, i64) {
+        let committed = &mut self.committed;
+        let log = self
+            .resolver
+            .finish(&mut |_| {
+                *committed = true;
+                Ok::<(), Infallible>(())
+            })
+            .unwrap_or_else(|e| match e {});
+        (self.committed || log.open > 0, log.next_offset)
     }
 }
-
-/// A transaction marker's control type: the transaction aborted.
-const ABORT: i16 = 0;
-/// A transaction marker's control type: the transaction committed.
-const COMMIT: i16 = 1;
 
 /// Kafka's OFFSET_OUT_OF_RANGE error code.
 pub(super) const OFFSET_OUT_OF_RANGE: i16 = 1;
@@ -206,10 +196,15 @@ mod tests {
     }
 
     fn look(from: i64, records: &[Record]) -> (bool, i64) {
-        let mut l = Look::from(from);
-        records.iter().for_each(|r| l.see(r));
+        let mut l = Look::new(0, from);
+        records.iter().cloned().for_each(|r| l.see(r));
         l.finish()
     }
+
+    /// A transaction marker's control type: the transaction aborted.
+    const ABORT: i16 = 0;
+    /// A transaction marker's control type: the transaction committed.
+    const COMMIT: i16 = 1;
 
     #[test]
     fn records_of_an_aborted_transaction_are_not_waiting_data() {
@@ -237,9 +232,16 @@ mod tests {
     }
 
     #[test]
-    fn a_marker_under_another_epoch_settles_nothing() {
-        let mut bumped = marker(1, 7, ABORT);
-        bumped.producer_epoch = 1;
-        assert_eq!(look(0, &[data(0, 7, true), bumped]), (true, 2));
+    fn markers_settle_epochs_as_the_resolver_does() {
+        // A marker of an older epoch settles nothing of a newer epoch's records: a re-initialised
+        // producer may write before its old transaction's marker (EPOCH_BUMP_BEFORE_MARKERS).
+        let mut newer = data(0, 7, true);
+        newer.producer_epoch = 1;
+        assert_eq!(look(0, &[newer, marker(1, 7, ABORT)]), (true, 2));
+        // The ABORT that fences a re-initialised producer carries the bumped epoch and settles
+        // the older epoch's open records.
+        let mut fencing = marker(1, 7, ABORT);
+        fencing.producer_epoch = 1;
+        assert_eq!(look(0, &[data(0, 7, true), fencing]), (false, 2));
     }
 }
