@@ -178,8 +178,9 @@ pub const FETCH_NOT_HELD: Quirk = Quirk {
              consumer has no backoff for an empty answer, so an idle member's fetcher thread \
              fetches in a loop: an idle member over 4 partitions used 61% of a core for 20 s \
              and the broker 42%. Pausing the input partitions between polls stops it, but \
-             librdkafka 2.12 then never finishes destroying the consumer after a resume (its GitHub \
-             issue 4362), so a member could not stop. tidemark's own raw-log readers pace \
+             librdkafka 2.12 then never finishes destroying the consumer after a resume (reported \
+             upstream: https://github.com/confluentinc/librdkafka/issues/4362), so a member \
+             could not stop. tidemark's own raw-log readers pace \
              themselves (the second stage reads the repartition topic every 5 ms while it \
              finds nothing).",
     shown_by: &["kafka_quirks::a_waiting_fetch_waits_and_returns_when_data_arrives_or_not"],
