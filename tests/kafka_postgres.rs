@@ -381,6 +381,63 @@ fn sinks_follow_their_pipeline_to_membership_from_the_log() {
     }
 }
 
+/// A sink's own consumer group that stops giving its partitions an owner while its pipeline's
+/// group is healthy: ten SIGKILLs of the sink alone, under live input, each member started in the
+/// broker's group. On a broker that keeps a killed member listed with its partitions the sink's
+/// watchdog finds its partitions stalled from the stored offsets and the raw log, and moves the
+/// sink's group to membership from the log by itself; on one that evicts it, the group heals.
+/// Either way the table ends exact.
+#[test]
+fn a_sink_whose_own_group_wedges_makes_progress() {
+    let broker = Broker::start();
+    broker.create_topic("events", PARTITIONS);
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &broker.addr, &pg);
+    let s = Scenario::generate(PARTITIONS, 4_000, 31);
+    // About 16 s of live input.
+    let producer = s.produce(&broker.addr, 50, Duration::from_millis(200));
+    let member = start_logged_in_group("run", &cfg, &dir.path().join("member.log"));
+    let log = |i: usize| dir.path().join(format!("sink{i}.log"));
+    let mut sink = start_logged_in_group("sink-postgres", &cfg, &log(0));
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    for i in 1..=10 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        std::thread::sleep(Duration::from_millis(800 + x % 1_000));
+        kill9(&mut sink);
+        sink = start_logged_in_group("sink-postgres", &cfg, &log(i));
+    }
+    producer.join().unwrap();
+    let waited = std::panic::catch_unwind(|| {
+        wait_for_table(&pg, &expected_table(&s.expected, 0), 240);
+    });
+    if waited.is_err() {
+        eprintln!("the last sink's log:\n{}", log_summary(&log(10), 40));
+    }
+    assert!(waited.is_ok(), "the table did not converge");
+    assert_table_matches_reference(&pg, &s);
+    let logs: String = (0..=10)
+        .map(|i| std::fs::read_to_string(log(i)).unwrap_or_default())
+        .collect();
+    let count = |needle: &str| logs.lines().filter(|l| l.contains(needle)).count();
+    eprintln!(
+        "sink members: {} rejoined, {} moved the sink's group to membership from the log, {} followed",
+        count("leaving and joining it again as a new member"),
+        count("the sink's group moves to membership from the log"),
+        count("another member moved the sink's group")
+    );
+    let member_log = std::fs::read_to_string(dir.path().join("member.log")).unwrap();
+    assert!(
+        !member_log.contains("moves to membership from the log"),
+        "the pipeline's group moved: this test is about the sink's own group"
+    );
+    assert!(stop_member(member).success());
+    signal(sink.id(), "TERM");
+    assert!(sink.wait().unwrap().success());
+}
+
 #[test]
 fn a_table_with_other_columns_is_refused_naming_the_difference() {
     let broker = Broker::start();

@@ -30,6 +30,7 @@
 
 pub mod postgres;
 mod share;
+mod watch;
 
 use crate::config::KafkaSpec;
 use crate::format::dead_letter::DeadLetter;
@@ -232,7 +233,14 @@ pub fn run(
     let mut failed = false;
     loop {
         let stopping = shutdown.load(Ordering::Relaxed);
-        let assigned = share.assigned(if stopping { Duration::ZERO } else { poll });
+        let wait = if stopping { Duration::ZERO } else { poll };
+        let assigned = share.assigned(wait, &mut || match sink.stored_offsets(&group) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                tracing::debug!("reading stored offsets for the group's watchdog: {e}");
+                None
+            }
+        });
         // Partitions that left: write what was read from them first.
         let gone = parts.keys().any(|tp| !assigned.contains(tp));
         let due = last_commit.elapsed() >= interval

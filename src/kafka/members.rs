@@ -6,7 +6,8 @@
 
 use super::raw_log::{read_partition, Follow, RawPartitionReader};
 use super::roster::{
-    parts_of, share, token_of, Liveness, TopicPartition, HEARTBEAT_KEY, LEAVE_KEY,
+    parts_of, share, token_of, Liveness, TopicPartition, HEARTBEAT_KEY, LEAVE_KEY, MOVE_KEY,
+    MOVE_VALUE,
 };
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
@@ -83,10 +84,16 @@ impl Roster {
 
     /// Writes a record with `key` and this process's token, and waits for it.
     fn write(&mut self, key: &[u8]) -> Result<(), MembersError> {
-        let record = BaseRecord::<[u8], str>::to(&self.topic)
+        let token = self.token.clone();
+        self.write_record(key, token.as_bytes())
+    }
+
+    /// Writes a record with `key` and `value`, and waits for it.
+    fn write_record(&mut self, key: &[u8], value: &[u8]) -> Result<(), MembersError> {
+        let record = BaseRecord::<[u8], [u8]>::to(&self.topic)
             .partition(0)
             .key(key)
-            .payload(&self.token);
+            .payload(value);
         self.producer
             .send(record)
             .map_err(|(e, _)| MembersError(format!("writing to {}: {e}", self.topic)))?;
@@ -142,6 +149,12 @@ impl Roster {
         }
         let live = self.heard.live(Instant::now(), self.session);
         Some(share(&self.parts, &live, &self.token))
+    }
+
+    /// Writes the record that moves the group of this roster's topic to membership from the log
+    /// ([`super::roster::MOVE_KEY`]), for the members still in a consumer group to read.
+    pub fn announce_move(&mut self) -> Result<(), MembersError> {
+        self.write_record(MOVE_KEY, MOVE_VALUE)
     }
 
     /// Writes the record that says this process left, so the others take its partitions at once.

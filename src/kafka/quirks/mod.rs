@@ -274,14 +274,16 @@ pub const DEAD_MEMBERS_NOT_EVICTED: Quirk = Quirk {
              description lists as owned from the log (a committed offset that stays put while \
              records wait), since the dead member stays listed as their owner. Until the move, \
              the claims fence the overlapping assignments (nothing is committed twice). The \
-             PostgreSQL sink follows \
-             the setting, with its own members topic (connect), but does not move by itself: \
-             under the broker's group, killed repeatedly on this broker, it stopped writing.",
+             PostgreSQL sink follows the setting and its pipeline's move, with its own members \
+             topic (connect::share), and its own watchdog (connect::watch) judges its group \
+             from the offsets it stored and the raw log: it rejoins, then moves the sink's \
+             group to membership from the log by itself.",
     shown_by: &[
         "kafka_quirks::a_member_that_dies_is_evicted_after_its_session_or_not",
         "kafka_group::members_sharing_partitions_through_the_log_join_leave_and_die_without_loss_or_duplicates",
         "kafka_group::a_group_that_stays_wedged_moves_to_membership_from_the_log_and_finishes_the_input",
         "kafka_group::members_join_leave_and_die_without_loss_or_duplicates_with_range",
+        "kafka_postgres::a_sink_whose_own_group_wedges_makes_progress",
     ],
 };
 
