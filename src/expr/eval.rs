@@ -4,13 +4,25 @@ use super::{ArithOp, CastType, CmpOp, Datum, EvalError, Expr, Func, Row};
 use std::borrow::Cow;
 use std::cmp::Ordering;
 
+#[cold]
 fn err<T>(msg: String) -> Result<T, EvalError> {
     Err(EvalError(msg))
 }
 
 impl Expr {
-    /// The expression's value on `row`.
+    /// The expression's value on `row`. Fields and literals, the leaves of most expressions and
+    /// the whole of most keys and values, are answered here without a call of the evaluator.
+    #[inline(always)]
     pub fn eval<'a, R: Row>(&'a self, row: &'a R) -> Result<Datum<'a>, EvalError> {
+        match self {
+            Expr::Field { slot, .. } => Ok(row.field(*slot)),
+            Expr::Lit(d) => Ok(borrow(d)),
+            _ => self.eval_node(row),
+        }
+    }
+
+    /// The value of an expression that is neither a field nor a literal.
+    fn eval_node<'a, R: Row>(&'a self, row: &'a R) -> Result<Datum<'a>, EvalError> {
         Ok(match self {
             Expr::Lit(d) => borrow(d),
             Expr::Field { slot, .. } => row.field(*slot),
@@ -51,6 +63,10 @@ impl Expr {
             }
             Expr::Cmp(op, a, b) => {
                 let (l, r) = (a.eval(row)?, b.eval(row)?);
+                // Equality of strings needs no order: lengths that differ settle it at once.
+                if let (CmpOp::Eq | CmpOp::NotEq, Datum::Str(x), Datum::Str(y)) = (op, &l, &r) {
+                    return Ok(Datum::Bool((x == y) == (*op == CmpOp::Eq)));
+                }
                 match compare(&l, &r)? {
                     None => Datum::Null,
                     Some(ord) => Datum::Bool(match op {
@@ -230,6 +246,7 @@ impl Expr {
     }
 }
 
+#[inline]
 fn borrow<'a>(d: &'a Datum<'static>) -> Datum<'a> {
     match d {
         Datum::Str(s) => Datum::Str(Cow::Borrowed(s)),
@@ -241,15 +258,22 @@ fn borrow<'a>(d: &'a Datum<'static>) -> Datum<'a> {
 }
 
 /// A boolean operand: `Some(b)`, `None` for NULL, an error for any other type.
+#[inline]
 fn truth(d: Datum<'_>, what: &str) -> Result<Option<bool>, EvalError> {
     match d {
         Datum::Null => Ok(None),
         Datum::Bool(b) => Ok(Some(b)),
-        other => err(format!("{what} needs a boolean, got {}", other.type_name())),
+        other => not_boolean(what, &other),
     }
 }
 
+#[cold]
+fn not_boolean(what: &str, d: &Datum<'_>) -> Result<Option<bool>, EvalError> {
+    err(format!("{what} needs a boolean, got {}", d.type_name()))
+}
+
 /// SQL comparison: `None` when either side is NULL; numbers compare across integer and double.
+#[inline]
 fn compare(l: &Datum<'_>, r: &Datum<'_>) -> Result<Option<Ordering>, EvalError> {
     Ok(Some(match (l, r) {
         (Datum::Null, _) | (_, Datum::Null) => return Ok(None),
