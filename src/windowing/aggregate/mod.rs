@@ -27,6 +27,7 @@ pub mod value;
 #[cfg(test)]
 mod tests;
 
+use smallvec::SmallVec;
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
@@ -264,7 +265,9 @@ impl PartialEq for AggSpec {
 pub struct Acc {
     /// Number of elements.
     pub count: u64,
-    states: Vec<Box<dyn State>>,
+    /// One state is held inline, in the space a `Vec` takes, so that a window's state costs no
+    /// allocation for the list when the pipeline has one aggregation.
+    states: SmallVec<[Box<dyn State>; 1]>,
 }
 
 impl PartialEq for Acc {
@@ -376,7 +379,7 @@ impl Acc {
         if n != 0 && n as usize != aggs.len() {
             return None;
         }
-        let mut states = Vec::with_capacity(n as usize);
+        let mut states = SmallVec::with_capacity(n as usize);
         for a in aggs.iter().take(n as usize) {
             let len = usize::try_from(value::get_varint(bytes)?).ok()?;
             let body = bytes.get(..len)?;
