@@ -14,10 +14,10 @@
 mod common;
 
 use std::time::Instant;
-use tidemark::config::PostgresSpec;
-use tidemark::connect::postgres::{ensure_tables, write_pane_batch};
-use tidemark::connect::{Batch, Offsets};
 use tidemark::format::pane::PaneRecord;
+use tidemark::sink::postgres::PostgresSpec;
+use tidemark::sink::postgres::{ensure_tables, write_pane_batch};
+use tidemark::sink::{Batch, Offsets};
 use tidemark::windowing::aggregate::AggSpec;
 use tidemark::windowing::trigger::Timing;
 

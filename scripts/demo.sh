@@ -3,7 +3,7 @@
 # clickstream on two topics without Kafka keys (web and app trackers; a little disorder, some late
 # and some malformed records), runs `tidemark run` on both (grouped by the user_id field through
 # the repartition hop), and prints each window result as it commits (`tidemark tail`), while
-# `tidemark sink-postgres` carries the panes into a private PostgreSQL cluster. Then it shows the
+# `tidemark sink postgres` carries the panes into a private PostgreSQL cluster. Then it shows the
 # table (psql), the audit of the output topic and the dead letters. About a minute after the
 # build.
 set -euo pipefail
@@ -48,14 +48,14 @@ if [ "$(id -u)" = 0 ]; then chmod 755 "$pgdir"; chown postgres:postgres "$pgdir/
 as_pg "$pgbin/initdb" -D "$pgdir/data" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null
 as_pg "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/data/server.log" -w \
   -o "-p $pgport -k $pgdir/data -c listen_addresses=127.0.0.1" start >/dev/null
-echo "== PostgreSQL on 127.0.0.1:$pgport (tidemark sink-postgres writes the panes there)"
-export TIDEMARK__POSTGRES__URL="host=127.0.0.1 port=$pgport user=postgres dbname=postgres"
+echo "== PostgreSQL on 127.0.0.1:$pgport (tidemark sink postgres writes the panes there)"
+export TIDEMARK__SINK__POSTGRES__URL="host=127.0.0.1 port=$pgport user=postgres dbname=postgres"
 
 "$bin" produce --topic web-clicks --partitions 3 --events 1 --rate 0 --no-key >/dev/null 2>&1
 "$bin" produce --topic app-clicks --partitions 2 --events 1 --rate 0 --no-key >/dev/null 2>&1
 TIDEMARK_LOG=warn "$bin" run --config examples/clicks/kafka-demo.toml &
 run_pid=$!
-TIDEMARK_LOG=warn "$bin" sink-postgres --config examples/clicks/kafka-demo.toml &
+TIDEMARK_LOG=warn "$bin" sink postgres --config examples/clicks/kafka-demo.toml &
 sink_pid=$!
 echo "== producing 120 + 80 clicks/s without keys on web-clicks and app-clicks for 20 s (2% late, 1% malformed) while tidemark runs"
 "$bin" produce --topic web-clicks --events 2400 --rate 120 --keys 5 --disorder-ms 1500 \

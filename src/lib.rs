@@ -37,9 +37,10 @@
 //!   through it.
 //! * [`replay`] — `tidemark replay`: moves a stopped pipeline back to earlier offsets in one
 //!   transaction (reset markers in the changelog, a new epoch).
-//! * [`connect`] — connectors beside the pipeline, behind one seam ([`connect::Sink`]): what every
-//!   sink needs is written once; `tidemark sink-postgres` carries the output topic into PostgreSQL
-//!   exactly once (offsets in the same database transaction).
+//! * [`sink`] — sinks beside the pipeline, behind one seam ([`sink::Sink`]): what every
+//!   sink needs is written once; a sink is a folder with its settings and its code, registered
+//!   in one line; `tidemark sink postgres` carries the output topic into PostgreSQL exactly once
+//!   (offsets in the same database transaction).
 //! * [`audit`] — `tidemark audit`: checks a topic's committed panes for duplicates and gaps, and
 //!   dead letters for repeats.
 //! * [`tail`] — `tidemark tail`: committed panes of an output topic as an aligned live table.
@@ -52,7 +53,7 @@
 //!   `/readyz` endpoint.
 //! * [`http`] — a minimal http:// client (Schema Registry, `tidemark probe`).
 //! * [`cli`] — the command line, one room per command: `validate`, `simulate`, `run`, `replay`,
-//!   `sink-postgres`, `produce`, `audit`, `tail`, `probe`.
+//!   `sink postgres`, `produce`, `audit`, `tail`, `probe`.
 //!
 //! ARCHITECTURE.md describes how the pieces fit and the invariants they keep.
 
@@ -64,7 +65,6 @@ pub mod cli;
 pub mod clients;
 pub mod clock;
 pub mod config;
-pub mod connect;
 pub mod coordinator;
 pub mod expr;
 pub mod format;
@@ -76,6 +76,7 @@ pub mod pipeline;
 pub mod produce;
 pub mod replay;
 pub mod simulate;
+pub mod sink;
 pub mod state;
 pub mod tail;
 pub mod windowing;

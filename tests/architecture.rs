@@ -369,19 +369,47 @@ fn the_windowing_walk_goes_down_and_comes_back_once() {
 }
 
 #[test]
-fn a_connector_is_one_file_behind_the_sink_seam() {
+fn a_sink_is_a_folder_behind_the_seam_registered_in_one_line() {
     // What every sink needs (Kafka, the raw log, batching, offsets, retries, metrics) is in
-    // `connect/mod.rs`; the database file knows only its database.
-    let seam = code_of(&src().join("connect/mod.rs"));
+    // `sink/mod.rs`; a sink's folder knows only its destination and its section of the file.
+    let seam = code_of(&src().join("sink/mod.rs"));
     assert!(seam.contains("pub trait Sink"));
     assert!(
         !seam.contains("postgres::Client"),
         "the seam knows PostgreSQL"
     );
-    let db = code_of(&src().join("connect/postgres.rs"));
-    assert!(db.contains("impl Sink for PostgresSink"));
-    for needle in ["rdkafka", "raw_log", "TopicReader", "Follow", "metrics::"] {
-        assert!(!db.contains(needle), "connect/postgres.rs uses {needle}");
+    let sinks: Vec<PathBuf> = std::fs::read_dir(src().join("sink"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert!(!sinks.is_empty());
+    for dir in sinks {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let mut files = Vec::new();
+        rust_files(&dir, &mut files);
+        let code: String = files.iter().map(|f| code_of(f)).collect();
+        assert!(
+            code.contains("impl Sink for"),
+            "sink/{name} implements no Sink"
+        );
+        assert!(
+            code.contains("impl SinkSection for"),
+            "sink/{name} checks no section of the pipeline file"
+        );
+        for needle in ["rdkafka", "raw_log", "TopicReader", "Follow", "metrics::"] {
+            assert!(!code.contains(needle), "sink/{name} uses {needle}");
+        }
+        // Registered in the seam's list, and nowhere else by name.
+        assert!(
+            seam.contains(&format!("section: &{name}::SECTION")),
+            "sink/{name} is not in sink::SINKS"
+        );
+        let elsewhere: Vec<String> = files_containing(&format!("sink::{name}::"))
+            .into_iter()
+            .filter(|f| !f.starts_with("sink/"))
+            .collect();
+        assert!(elsewhere.is_empty(), "sink/{name} named in {elsewhere:?}");
     }
 }
 
@@ -389,15 +417,7 @@ fn a_connector_is_one_file_behind_the_sink_seam() {
 fn the_command_line_has_a_room_per_command() {
     let cli = code_of(&src().join("cli/mod.rs"));
     for cmd in [
-        "validate",
-        "simulate",
-        "run",
-        "replay",
-        "sink_postgres",
-        "produce",
-        "probe",
-        "audit",
-        "tail",
+        "validate", "simulate", "run", "replay", "sink", "produce", "probe", "audit", "tail",
     ] {
         assert!(
             src().join(format!("cli/{cmd}.rs")).exists(),

@@ -1,8 +1,10 @@
-//! `tidemark sink-postgres` against a real broker and a real PostgreSQL: the table equals the
-//! final panes `simulate` computes (one row per dedup id with its last pane, retracted rows
-//! absent) after a clean run, after SIGKILLs of the sink under live load alternating with SIGKILLs
-//! of the `run` member and a PostgreSQL restart mid-run, and after a replay (the higher epoch
-//! wins). A table with other columns is refused at start, naming the difference.
+//! `tidemark sink postgres` (and its other name, `sink-postgres`) against a real broker and a
+//! real PostgreSQL: the table equals the final panes `simulate` computes (one row per dedup id
+//! with its last pane, retracted rows absent) after a clean run, after SIGKILLs of the sink under
+//! live load alternating with SIGKILLs of the `run` member and a PostgreSQL restart mid-run,
+//! after SIGKILLs of the sink alone on a broker that keeps killed members, and after a replay
+//! (the higher epoch wins). A table with other columns is refused at start, naming the
+//! difference.
 
 mod common;
 
@@ -99,7 +101,7 @@ fn table(pg: &Postgres) -> Table {
 
 fn config(dir: &Path, broker: &str, pg: &Postgres) -> std::path::PathBuf {
     let text = format!(
-        "{}\n[postgres]\nurl = \"{}\"\ntable = \"panes_pg\"\ndead_letter_table = \"dead_pg\"\ncommit_interval = \"200ms\"\nmax_batch_records = 500\n",
+        "{}\n[sink.postgres]\nurl = \"{}\"\ntable = \"panes_pg\"\ndead_letter_table = \"dead_pg\"\ncommit_interval = \"200ms\"\nmax_batch_records = 500\n",
         dynamic(pipeline(broker, &dir.join("state"), Some("m1"), "")),
         pg.url()
     );
@@ -109,7 +111,7 @@ fn config(dir: &Path, broker: &str, pg: &Postgres) -> std::path::PathBuf {
 }
 
 fn start_sink(cfg: &Path) -> Child {
-    start_tidemark("sink-postgres", cfg)
+    start_tidemark("sink postgres", cfg)
 }
 
 fn kill9(child: &mut Child) {
@@ -399,7 +401,7 @@ fn a_sink_whose_own_group_wedges_makes_progress() {
     let producer = s.produce(&broker.addr, 50, Duration::from_millis(200));
     let member = start_logged_in_group("run", &cfg, &dir.path().join("member.log"));
     let log = |i: usize| dir.path().join(format!("sink{i}.log"));
-    let mut sink = start_logged_in_group("sink-postgres", &cfg, &log(0));
+    let mut sink = start_logged_in_group("sink postgres", &cfg, &log(0));
     let mut x: u64 = 0x2545_F491_4F6C_DD1D;
     for i in 1..=10 {
         x ^= x << 13;
@@ -407,7 +409,7 @@ fn a_sink_whose_own_group_wedges_makes_progress() {
         x ^= x << 17;
         std::thread::sleep(Duration::from_millis(800 + x % 1_000));
         kill9(&mut sink);
-        sink = start_logged_in_group("sink-postgres", &cfg, &log(i));
+        sink = start_logged_in_group("sink postgres", &cfg, &log(i));
     }
     producer.join().unwrap();
     let waited = std::panic::catch_unwind(|| {
@@ -464,10 +466,10 @@ fn a_table_with_other_columns_is_refused_naming_the_difference() {
 /// a keyless pipeline no key column; the upsert keeps the highest pane as it does for one key.
 #[test]
 fn a_key_of_several_parts_gets_a_column_per_part() {
-    use tidemark::config::PostgresSpec;
-    use tidemark::connect::postgres::{ensure_tables, write_pane_batch};
-    use tidemark::connect::{Batch, Offsets};
     use tidemark::format::pane::PaneRecord;
+    use tidemark::sink::postgres::PostgresSpec;
+    use tidemark::sink::postgres::{ensure_tables, write_pane_batch};
+    use tidemark::sink::{Batch, Offsets};
     use tidemark::windowing::aggregate::AggSpec;
     use tidemark::windowing::trigger::Timing;
     let pg = Postgres::start();

@@ -20,7 +20,7 @@ pub struct Explain {
 impl Explain {
     /// Prints the plan (exit status 0), or every violation (exit status 2).
     pub fn execute(self) -> anyhow::Result<i32> {
-        match config::load(&self.config) {
+        match config::load(&self.config, &crate::sink::sections()) {
             Ok((spec, warnings)) => {
                 print!("{}", plan(&spec));
                 for w in &warnings {
@@ -253,10 +253,10 @@ pub fn plan(spec: &PipelineSpec) -> String {
                 "panes to {}, dead letters to {}{}",
                 k.output_topic,
                 k.dead_letter_topic,
-                spec.postgres.as_ref().map_or(String::new(), |p| format!(
-                    "; sink-postgres into {}",
-                    p.table
-                ))
+                spec.sinks
+                    .keys()
+                    .map(|name| format!("; the {name} sink (tidemark sink {name})"))
+                    .collect::<String>()
             ),
         );
     } else {

@@ -7,7 +7,7 @@
 //! * [`simulate`] — a pipeline over files of events, without Kafka;
 //! * [`run`] — a member of the pipeline's consumer group;
 //! * [`replay`] — move a stopped pipeline back to earlier offsets, in a new epoch;
-//! * [`sink_postgres`] — the committed output into PostgreSQL;
+//! * [`sink`] — a sink beside the pipeline: the committed output into PostgreSQL;
 //! * [`produce`] — synthetic events to a topic;
 //! * [`audit`] — exactly-once checked from a topic's raw log;
 //! * [`tail`] — an output topic's committed panes as a live table;
@@ -20,7 +20,7 @@ pub mod produce;
 pub mod replay;
 pub mod run;
 pub mod simulate;
-pub mod sink_postgres;
+pub mod sink;
 pub mod tail;
 pub mod validate;
 
@@ -73,8 +73,12 @@ pub enum Command {
     /// Move a stopped pipeline back to earlier input offsets: its state restarts empty there, and
     /// its output is recomputed in a new epoch that supersedes the old one at idempotent sinks.
     Replay(replay::Replay),
-    /// Carry the pipeline's committed panes (and dead letters) into PostgreSQL, exactly once.
-    SinkPostgres(sink_postgres::SinkPostgres),
+    /// Carry the pipeline's committed panes (and dead letters) into another system, exactly
+    /// once: `tidemark sink postgres --config FILE`.
+    Sink(sink::Sink),
+    /// The same as `tidemark sink postgres`.
+    #[command(name = "sink-postgres", hide = true)]
+    SinkPostgres(sink::SinkArgs),
     /// Produce synthetic clickstream, payment or sensor events to a topic.
     Produce(produce::Produce),
     /// GET an http:// URL and exit 0 on status 200 (a container health check: the runtime image
@@ -102,7 +106,7 @@ pub fn init_logging(format: LogFormat) {
 }
 
 fn load_config(path: &Path) -> anyhow::Result<config::PipelineSpec> {
-    match config::load(path) {
+    match config::load(path, &crate::sink::sections()) {
         Ok((spec, warnings)) => {
             for w in warnings {
                 tracing::warn!("{}: {w}", path.display());
@@ -173,7 +177,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Simulate(c) => c.execute(),
         Command::Run(c) => c.execute(),
         Command::Replay(c) => c.execute(),
-        Command::SinkPostgres(c) => c.execute(),
+        Command::Sink(c) => c.execute(),
+        Command::SinkPostgres(c) => c.execute("postgres"),
         Command::Produce(c) => c.execute(),
         Command::Probe(c) => c.execute(),
         Command::Audit(c) => c.execute(),

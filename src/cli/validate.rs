@@ -15,7 +15,7 @@ pub struct Validate {
 impl Validate {
     /// Prints the warnings and `ok` (exit status 0), or every violation (exit status 2).
     pub fn execute(self) -> anyhow::Result<i32> {
-        match config::load(&self.config) {
+        match config::load(&self.config, &crate::sink::sections()) {
             Ok((spec, warnings)) => {
                 for w in &warnings {
                     println!("warning: {w}");

@@ -3,15 +3,22 @@
 use super::Violation;
 use crate::windowing::time::parse_duration;
 
-/// Collects violations while validating.
+/// Collects violations while validating; a sink's section is checked into the same one
+/// ([`super::SinkSection`]).
 #[derive(Debug, Default)]
-pub(super) struct Checker {
+pub struct Checker {
     pub(super) violations: Vec<Violation>,
     pub(super) warnings: Vec<String>,
 }
 
 impl Checker {
-    pub(super) fn fail(&mut self, field: &str, message: impl Into<String>) {
+    /// Whether no violation has been recorded.
+    pub fn is_clean(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// Records that `field` breaks a rule.
+    pub fn fail(&mut self, field: &str, message: impl Into<String>) {
         self.violations.push(Violation {
             field: field.to_string(),
             message: message.into(),
@@ -19,7 +26,7 @@ impl Checker {
     }
 
     /// Parses a duration, recording a violation; `positive` also rejects zero.
-    pub(super) fn duration(
+    pub fn duration(
         &mut self,
         field: &str,
         raw: Option<&str>,
@@ -89,6 +96,16 @@ pub(super) fn parse_size(raw: &str) -> Option<usize> {
         _ => return None,
     };
     n.checked_mul(unit)
+}
+
+impl std::fmt::Display for Checker {
+    /// The violations, one per line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for v in &self.violations {
+            writeln!(f, "{v}")?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,9 @@
 pub use crate::input::InputSpec;
 use crate::windowing::spec::EngineSpec;
 pub use crate::windowing::watermark::WatermarkSpec;
+pub use checker::Checker;
 use serde::Deserialize;
+pub use sink::SinkSection;
 use std::fmt;
 use std::path::Path;
 
@@ -55,9 +57,12 @@ pub struct RawConfig {
     /// A Confluent-compatible Schema Registry for Confluent-framed Avro.
     #[serde(default)]
     pub schema_registry: Option<RawRegistry>,
-    /// The PostgreSQL sink (`tidemark sink-postgres`).
+    /// The sinks' sections, `[sink.NAME]`, each checked by its sink ([`SinkSection`]).
     #[serde(default)]
-    pub postgres: Option<RawPostgres>,
+    pub sink: Option<toml::Table>,
+    /// The PostgreSQL sink's section under its earlier name: the same as `[sink.postgres]`.
+    #[serde(default)]
+    pub postgres: Option<toml::Table>,
     /// Directory that relative schema paths are resolved against (the pipeline file's directory
     /// when loaded from a file; the working directory otherwise).
     #[serde(skip)]
@@ -88,48 +93,6 @@ pub struct RawOutput {
 pub struct RawRegistry {
     /// Base URL, `http://host:port`.
     pub url: String,
-}
-
-/// The `[postgres]` section as written.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawPostgres {
-    /// A libpq connection string, e.g. `host=127.0.0.1 port=5432 user=tidemark dbname=results`.
-    pub url: String,
-    /// The table of panes (`name` or `schema.name`).
-    pub table: String,
-    /// The table of dead letters; without one, dead letters are not read.
-    #[serde(default)]
-    pub dead_letter_table: Option<String>,
-    /// Create missing tables (default true).
-    #[serde(default)]
-    pub create_tables: Option<bool>,
-    /// How often a batch is written (default `"1s"`).
-    #[serde(default)]
-    pub commit_interval: Option<String>,
-    /// A batch is written early once it holds this many records (default 10,000).
-    #[serde(default)]
-    pub max_batch_records: Option<usize>,
-}
-
-/// The PostgreSQL sink's settings, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PostgresSpec {
-    /// The libpq connection string.
-    pub url: String,
-    /// The panes table.
-    pub table: String,
-    /// The dead-letter table, if dead letters are sunk.
-    pub dead_letter_table: Option<String>,
-    /// Whether missing tables are created.
-    pub create_tables: bool,
-    /// Batch interval in milliseconds.
-    pub commit_interval: i64,
-    /// Records that end a batch early.
-    pub max_batch_records: usize,
-    /// The panes table's key columns: `key` for a key of one part, one column per part (named
-    /// after its alias or text) for several, none for no key.
-    pub key_columns: Vec<String>,
 }
 
 /// The `[metrics]` section as written.
@@ -488,8 +451,11 @@ pub struct PipelineSpec {
     pub output_format: crate::format::OutputFormat,
     /// Schema Registry base URL, if configured.
     pub schema_registry: Option<String>,
-    /// The PostgreSQL sink, if the file has a `[postgres]` section.
-    pub postgres: Option<PostgresSpec>,
+    /// The sinks' sections by sink name, as written (each checked by its sink).
+    pub sinks: std::collections::BTreeMap<String, toml::Table>,
+    /// The columns a table of panes gives the key: `key` for a key of one part, one column per
+    /// part (named after its alias or text) for several, none for no key.
+    pub key_columns: Vec<String>,
 }
 
 impl PipelineSpec {
@@ -621,11 +587,15 @@ pub fn parse_raw(
         .map_err(|e| ConfigError::Parse(format!("configuration: {e}")))
 }
 
-/// Loads, validates and returns the pipeline with its warnings.
-pub fn load(path: &Path) -> Result<(PipelineSpec, Vec<String>), ConfigError> {
+/// Loads, validates and returns the pipeline with its warnings; sink sections are checked by
+/// `sinks` (see [`RawConfig::validate_with`]).
+pub fn load(
+    path: &Path,
+    sinks: &[&dyn SinkSection],
+) -> Result<(PipelineSpec, Vec<String>), ConfigError> {
     let mut raw = load_raw(path)?;
     raw.base_dir = path.parent().map(Path::to_path_buf);
-    raw.validate()
+    raw.validate_with(sinks)
 }
 
 fn apply_override(tree: &mut toml::Table, name: &str, value: &str) -> Result<(), ConfigError> {
@@ -692,6 +662,7 @@ mod engine;
 mod input;
 mod io;
 mod kafka;
+mod sink;
 mod validate;
 
 #[cfg(test)]

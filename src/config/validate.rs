@@ -2,12 +2,22 @@
 //! violation, and assembles the typed [`PipelineSpec`] only when there are none.
 
 use super::checker::Checker;
-use super::{ConfigError, PipelineSpec, RawConfig};
+use super::{ConfigError, PipelineSpec, RawConfig, SinkSection};
 use crate::format::OutputFormat;
 
 impl RawConfig {
-    /// Checks every rule and returns the typed pipeline with warnings, or every violation.
+    /// Checks every rule and returns the typed pipeline with warnings, or every violation; the
+    /// sinks' sections are kept unchecked (see [`RawConfig::validate_with`]).
     pub fn validate(&self) -> Result<(PipelineSpec, Vec<String>), ConfigError> {
+        self.validate_with(&[])
+    }
+
+    /// As [`RawConfig::validate`], with each sink section checked by the entry of `sinks` of its
+    /// name, and a section of any other name a violation.
+    pub fn validate_with(
+        &self,
+        sinks: &[&dyn SinkSection],
+    ) -> Result<(PipelineSpec, Vec<String>), ConfigError> {
         let mut c = Checker::default();
         if self.name.trim().is_empty() {
             c.fail("name", "must not be empty");
@@ -22,10 +32,14 @@ impl RawConfig {
         let output_format = self.validate_output(&mut c);
         let schema_registry = self.validate_registry(&mut c);
         let metrics_address = self.validate_metrics(&mut c);
-        let mut postgres = self.validate_postgres(&mut c);
-        if let (Some(pg), Some(input)) = (postgres.as_mut(), input.as_ref()) {
-            pg.key_columns = self.key_columns(input, &mut c);
-        }
+        let sink_sections = self.validate_sinks(sinks, &mut c);
+        // The key's columns in a table of panes; a name that collides with another column is a
+        // violation only when a sink writes such a table.
+        let key_columns = match input.as_ref() {
+            Some(input) if !sink_sections.is_empty() => self.key_columns(input, &mut c),
+            Some(input) => self.key_columns(input, &mut Checker::default()),
+            None => Vec::new(),
+        };
         if !c.violations.is_empty() {
             return Err(ConfigError::Invalid(c.violations));
         }
@@ -49,7 +63,8 @@ impl RawConfig {
                 avro_input: avro_input.flatten(),
                 output_format: output_format.unwrap_or(OutputFormat::Json),
                 schema_registry,
-                postgres,
+                sinks: sink_sections,
+                key_columns,
             },
             c.warnings,
         ))

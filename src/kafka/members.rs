@@ -2,7 +2,7 @@
 //! its reading of everyone's, and the partitions that are its own by the rules of
 //! [`super::roster`]. The pipeline's members keep their roster in the claims topic
 //! (`coordinator::roster` follows it); a sink's members keep theirs in a topic of their own
-//! (`connect`).
+//! (`sink`).
 
 use super::raw_log::{read_partition, Follow, RawPartitionReader};
 use super::roster::{

@@ -1,7 +1,7 @@
 //! Membership from the log: the records members write into the claims topic and the rules every
 //! member applies to them (who is live, which partitions are whose). Pure; the runtime that
 //! writes heartbeats is [`super::members`] (the pipeline follows it in `coordinator::roster`, a
-//! sink in `connect`), and `replay` reads the same records to refuse while members run.
+//! sink in `sink`), and `replay` reads the same records to refuse while members run.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};

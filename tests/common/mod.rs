@@ -526,13 +526,18 @@ pub fn tidemark_bin() -> std::path::PathBuf {
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_tidemark").into())
 }
 
-/// `tidemark COMMAND --config CFG ARGS...`, logging at `TIDEMARK_TEST_LOG` (default warn).
+/// `tidemark COMMAND --config CFG ARGS...`, logging at `TIDEMARK_TEST_LOG` (default warn); a
+/// command of several words (`sink postgres`) is split on spaces.
 fn tidemark_command(command: &str, cfg: &std::path::Path, args: &[&str]) -> Command {
     let mut c = Command::new(tidemark_bin());
-    c.args([command, "--config"]).arg(cfg).args(args).env(
-        "TIDEMARK_LOG",
-        std::env::var("TIDEMARK_TEST_LOG").unwrap_or_else(|_| "warn".into()),
-    );
+    c.args(command.split(' '))
+        .arg("--config")
+        .arg(cfg)
+        .args(args)
+        .env(
+            "TIDEMARK_LOG",
+            std::env::var("TIDEMARK_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+        );
     c
 }
 

@@ -275,7 +275,7 @@ pub const DEAD_MEMBERS_NOT_EVICTED: Quirk = Quirk {
              records wait), since the dead member stays listed as their owner. Until the move, \
              the claims fence the overlapping assignments (nothing is committed twice). The \
              PostgreSQL sink follows the setting and its pipeline's move, with its own members \
-             topic (connect::share), and its own watchdog (connect::watch) judges its group \
+             topic (sink::share), and its own watchdog (sink::watch) judges its group \
              from the offsets it stored and the raw log: it rejoins, then moves the sink's \
              group to membership from the log by itself.",
     shown_by: &[

@@ -1,8 +1,9 @@
-//! `tidemark sink-postgres`: the output topic into a PostgreSQL table, exactly once.
+//! `tidemark sink postgres`: the output topic into a PostgreSQL table, exactly once.
 //!
-//! This file is what only PostgreSQL needs, behind the [`super::Sink`] seam: the connection, the
-//! tables (created, or checked column by column), and one database transaction per batch (the
-//! reading of committed records, batching and retries are [`super::run`]'s):
+//! This folder is what only PostgreSQL needs: its section of the pipeline file ([`settings`]),
+//! and behind the [`super::Sink`] seam the connection, the tables (created, or checked column by
+//! column), and one database transaction per batch (the reading of committed records, batching
+//! and retries are [`super::run`]'s):
 //!
 //! 1. COPY the batch's panes (already reduced to the last pane per `dedup_id`) into a temporary
 //!    table;
@@ -18,7 +19,7 @@
 //! crash or a failed commit leaves the table as if each committed pane had been applied once.
 
 use super::{Batch, BatchError, BatchStats, Batching, DeadLetterRow, Offsets, Sink, SinkError};
-use crate::config::{PipelineSpec, PostgresSpec};
+use crate::config::PipelineSpec;
 use crate::format::pane::PaneRecord;
 use crate::format::Decoder;
 use crate::windowing::aggregate::{AggSpec, OutputType};
@@ -27,6 +28,10 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+pub mod settings;
+
+pub use settings::{PostgresSpec, RawPostgres, SECTION};
 
 /// The offsets table, shared by every sink group in a database.
 pub const OFFSETS_TABLE: &str = "tidemark_sink_offsets";
@@ -543,13 +548,12 @@ impl Sink for PostgresSink {
     }
 }
 
-/// Runs `tidemark sink-postgres` until `shutdown` is set.
+/// Runs `tidemark sink postgres` until `shutdown` is set.
 pub fn run(spec: PipelineSpec, shutdown: &AtomicBool) -> Result<(), SinkError> {
     let k = spec.kafka.clone().ok_or(SinkError::Missing("kafka"))?;
-    let pg = spec
-        .postgres
-        .clone()
-        .ok_or(SinkError::Missing("postgres"))?;
+    let pg = PostgresSpec::of(&spec)
+        .map_err(SinkError::Schema)?
+        .ok_or(SinkError::Missing("sink.postgres"))?;
     let batching = Batching {
         commit_interval: pg.commit_interval,
         max_batch_records: pg.max_batch_records,

@@ -1,4 +1,4 @@
-//! Connectors that run beside a pipeline, as their own consumer groups, and carry its committed
+//! Sinks that run beside a pipeline, as their own consumer groups, and carry its committed
 //! output into another system exactly once.
 //!
 //! **The seam.** What every such sink needs is written once, here, in [`run`]: sharing the output
@@ -11,8 +11,11 @@
 //! `read_committed` consumers; decoding panes and dead letters ([`crate::format`]); batching;
 //! reducing a batch to the last pane per dedup id; retries; and metrics. What only one database
 //! needs is a [`Sink`]: connect and check its tables, read back the offsets it stored, and write
-//! one batch together with the offsets, atomically. A second database is one new file that
-//! implements it ([`postgres`] is the first).
+//! one batch together with the offsets, atomically.
+//!
+//! **A sink is a folder**: `sink/<name>/` holds its section of the pipeline file (`[sink.<name>]`,
+//! checked with the rest of the file through [`crate::config::SinkSection`]) and its [`Sink`];
+//! [`SINKS`] registers it, in one line, and `tidemark sink <name>` runs it.
 //!
 //! The lifecycle (as in Arroyo's connectors): **start** — [`Sink::connect`], then each assigned
 //! partition resumes at the offset [`Sink::stored_offsets`] returns (0 when none; Kafka's group
@@ -25,12 +28,31 @@
 //! `(epoch, pane_index)` per dedup id), so the destination converges to the last pane of every
 //! window however often a batch is retried.
 //!
-//! * [`postgres`] — `tidemark sink-postgres`: panes (and dead letters) into PostgreSQL tables,
+//! * [`postgres`] — `tidemark sink postgres`: panes (and dead letters) into PostgreSQL tables,
 //!   with the offsets in the same database transaction.
 
 pub mod postgres;
 mod share;
 mod watch;
+
+/// A sink as the command line and the pipeline file know it.
+pub struct Registered {
+    /// Its section of the pipeline file, `[sink.NAME]`.
+    pub section: &'static dyn crate::config::SinkSection,
+    /// Runs it over a validated pipeline until the flag is set.
+    pub run: fn(crate::config::PipelineSpec, &AtomicBool) -> Result<(), SinkError>,
+}
+
+/// Every sink, one line each.
+pub const SINKS: &[Registered] = &[Registered {
+    section: &postgres::SECTION,
+    run: postgres::run,
+}];
+
+/// Every sink's section, for [`crate::config::RawConfig::validate_with`].
+pub fn sections() -> Vec<&'static dyn crate::config::SinkSection> {
+    SINKS.iter().map(|s| s.section).collect()
+}
 
 use crate::config::KafkaSpec;
 use crate::format::dead_letter::DeadLetter;
