@@ -114,6 +114,14 @@ fn start_sink(cfg: &Path) -> Child {
     start_tidemark("sink postgres", cfg)
 }
 
+/// A pause of `least_ms` plus up to `spread_ms` more, drawn from the xorshift state `x`.
+fn pause(x: &mut u64, least_ms: u64, spread_ms: u64) -> Duration {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    Duration::from_millis(least_ms + *x % spread_ms)
+}
+
 fn kill9(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
@@ -290,10 +298,7 @@ fn kill_9s_of_sink_and_member_and_a_database_restart_leave_the_table_exact() {
     // 20 SIGKILLs, 10 of the sink and 10 of the member, alternating, with the database
     // restarted half-way.
     for i in 0..20 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        std::thread::sleep(Duration::from_millis(500 + x % 700));
+        std::thread::sleep(pause(&mut x, 500, 700));
         if i % 2 == 0 {
             kill9(&mut sink);
             sink = start_sink(&cfg);
@@ -404,10 +409,7 @@ fn a_sink_whose_own_group_wedges_makes_progress() {
     let mut sink = start_logged_in_group("sink postgres", &cfg, &log(0));
     let mut x: u64 = 0x2545_F491_4F6C_DD1D;
     for i in 1..=10 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        std::thread::sleep(Duration::from_millis(800 + x % 1_000));
+        std::thread::sleep(pause(&mut x, 800, 1_000));
         kill9(&mut sink);
         sink = start_logged_in_group("sink postgres", &cfg, &log(i));
     }

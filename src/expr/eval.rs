@@ -24,8 +24,7 @@ impl Expr {
     /// The value of an expression that is neither a field nor a literal.
     fn eval_node<'a, R: Row>(&'a self, row: &'a R) -> Result<Datum<'a>, EvalError> {
         Ok(match self {
-            Expr::Lit(d) => borrow(d),
-            Expr::Field { slot, .. } => row.field(*slot),
+            Expr::Lit(_) | Expr::Field { .. } => return self.eval(row),
             Expr::Not(e) => match truth(e.eval(row)?, "NOT")? {
                 None => Datum::Null,
                 Some(b) => Datum::Bool(!b),

@@ -59,7 +59,7 @@ impl SinkSection for Section {
     }
 
     fn check(&self, section: &toml::Table, field: &str, c: &mut Checker) {
-        validate(section, field, c);
+        validate(section, field, Vec::new(), c);
     }
 }
 
@@ -70,18 +70,21 @@ impl PostgresSpec {
             return Ok(None);
         };
         let mut c = Checker::default();
-        match validate(section, "sink.postgres", &mut c) {
-            Some(mut pg) if c.is_clean() => {
-                pg.key_columns = spec.key_columns.clone();
-                Ok(Some(pg))
-            }
+        match validate(section, "sink.postgres", spec.key_columns.clone(), &mut c) {
+            Some(pg) if c.is_clean() => Ok(Some(pg)),
             _ => Err(c.to_string()),
         }
     }
 }
 
-/// Checks the section, recording every violation under `field`; the settings when it parses.
-fn validate(section: &toml::Table, field: &str, c: &mut Checker) -> Option<PostgresSpec> {
+/// Checks the section, recording every violation under `field`; the settings, with the panes
+/// table's `key_columns`, when it parses.
+fn validate(
+    section: &toml::Table,
+    field: &str,
+    key_columns: Vec<String>,
+    c: &mut Checker,
+) -> Option<PostgresSpec> {
     let p = match RawPostgres::deserialize(toml::Value::Table(section.clone())) {
         Ok(p) => p,
         Err(e) => {
@@ -141,7 +144,7 @@ fn validate(section: &toml::Table, field: &str, c: &mut Checker) -> Option<Postg
         create_tables: p.create_tables.unwrap_or(true),
         commit_interval: interval.unwrap_or(1_000),
         max_batch_records: max,
-        key_columns: vec!["key".to_string()],
+        key_columns,
     })
 }
 
