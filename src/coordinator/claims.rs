@@ -34,13 +34,10 @@
 //! [`crate::kafka::roster::MOVE_KEY`] moves every member from the broker's consumer group to
 //! membership from the log (`super::roster`).
 
-use super::errors::{CycleError, RunError};
-use super::Core;
+use super::errors::CycleError;
+use super::transaction::Transaction;
 use crate::kafka::raw_log::{RawLogError, RawPartitionReader};
 use crate::kafka::{assignor, roster};
-use crate::metrics as m;
-use metrics::counter;
-use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::producer::BaseRecord;
 use std::collections::HashMap;
 
@@ -204,6 +201,8 @@ pub(super) struct Claims {
     /// Held partitions found claimed by another process in a look outside the commit cycle,
     /// for the next cycle's check.
     pending: Vec<TopicPartition>,
+    /// Set when another member claimed partitions of this member's: the loop rejoins the group.
+    superseded: bool,
 }
 
 impl Claims {
@@ -223,6 +222,7 @@ impl Claims {
             book,
             reader,
             pending: Vec::new(),
+            superseded: false,
         })
     }
 
@@ -242,49 +242,47 @@ fn key_value(r: &crate::kafka::raw_log::RawRecord) -> (&[u8], &[u8]) {
     )
 }
 
-impl Core {
-    /// Claims `parts`, newly assigned: writes a claim for each into the open transaction and
-    /// waits until they are delivered. Called before the partitions are restored.
-    pub(super) fn claim(&mut self, parts: &[TopicPartition]) -> Result<(), CycleError> {
-        let Some(claims) = self.claims.as_mut() else {
-            return Ok(());
-        };
+impl Claims {
+    /// Claims `parts`, newly assigned: writes a claim for each into the claims topic `topic` in
+    /// the open transaction `txn` and waits until they are delivered. Called before the
+    /// partitions are restored.
+    pub(super) fn claim(
+        &mut self,
+        txn: &Transaction,
+        topic: &str,
+        parts: &[TopicPartition],
+    ) -> Result<(), CycleError> {
         if parts.is_empty() {
             return Ok(());
         }
-        let records = claims.book.claim(parts);
+        let records = self.book.claim(parts);
         for (key, value) in &records {
-            let record = BaseRecord::with_opaque_to(&self.k.claims_topic, 0usize)
+            let record = BaseRecord::with_opaque_to(topic, 0usize)
                 .partition(0)
                 .key(key.as_bytes())
                 .payload(value.as_bytes());
-            self.send(record)?;
+            txn.send(record)?;
         }
-        self.await_deliveries()
+        txn.await_deliveries()
     }
 
-    /// Forgets the claim of a partition that left this member (see `Core::drop_partition`).
+    /// Forgets the claim of a partition that left this member.
     pub(super) fn release(&mut self, part: &TopicPartition) {
-        if let Some(claims) = self.claims.as_mut() {
-            claims.book.release(part);
-        }
+        self.book.release(part);
     }
 
     /// Reads the claims written since the last look; fails with [`CycleError::Superseded`] when
     /// another member has claimed a partition of this member's since this member's own claim.
-    pub(super) fn check_claims(&mut self) -> Result<(), CycleError> {
-        let Some(claims) = self.claims.as_mut() else {
-            return Ok(());
-        };
-        let pending = std::mem::take(&mut claims.pending);
-        if claims.book.holds_nothing() {
+    pub(super) fn check(&mut self) -> Result<(), CycleError> {
+        let pending = std::mem::take(&mut self.pending);
+        if self.book.holds_nothing() {
             return Ok(());
         }
-        let mut lost = claims
+        let mut lost = self
             .look()
             .map_err(|e| CycleError::Abortable(format!("reading the claims topic: {e}")))?;
         for part in pending {
-            if claims.book.holds(&part) && !lost.contains(&part) {
+            if self.book.holds(&part) && !lost.contains(&part) {
                 lost.push(part);
             }
         }
@@ -298,93 +296,81 @@ impl Core {
     /// Reads the claims written since the last look outside the commit cycle (a member that holds
     /// nothing runs no cycle): what it finds of this member's partitions waits for the next
     /// cycle's check. A failed read is logged and decides nothing.
-    pub(super) fn look_at_claims(&mut self) {
-        let Some(claims) = self.claims.as_mut() else {
-            return;
-        };
-        match claims.look() {
-            Ok(lost) => claims.pending.extend(lost),
+    pub(super) fn look_between_cycles(&mut self) {
+        match self.look() {
+            Ok(lost) => self.pending.extend(lost),
             Err(e) => tracing::warn!("reading the claims topic: {e}"),
         }
     }
 
-    /// The token this process's claims carry (empty when claims are not checked).
-    pub(super) fn claims_token(&self) -> String {
-        self.claims
-            .as_ref()
-            .map(|c| c.book.token.clone())
-            .unwrap_or_default()
+    /// The token this process's claims carry.
+    pub(super) fn token(&self) -> String {
+        self.book.token.clone()
     }
 
     /// Whether the claims topic says the group moved to the eager rebalance protocol.
     pub(super) fn group_is_eager(&self) -> bool {
-        self.claims.as_ref().is_some_and(|c| c.book.eager())
+        self.book.eager()
     }
 
     /// Whether the claims topic says the group moved to membership from the log.
     pub(super) fn group_uses_log(&self) -> bool {
-        self.claims
-            .as_ref()
-            .is_some_and(|c| c.book.log_membership())
+        self.book.log_membership()
     }
 
     /// Moves the group to the eager rebalance protocol: writes the record that says so into the
-    /// claims topic (in the open transaction; claims count as soon as they are written) and
-    /// waits for its delivery.
-    pub(super) fn announce_eager(&mut self) -> Result<(), CycleError> {
+    /// claims topic `topic` (in the open transaction; claims count as soon as they are written)
+    /// and waits for its delivery.
+    pub(super) fn announce_eager(
+        &mut self,
+        txn: &Transaction,
+        topic: &str,
+    ) -> Result<(), CycleError> {
         if self.group_is_eager() {
             return Ok(());
         }
-        self.announce(assignor::FALLBACK_KEY, assignor::FALLBACK_VALUE)
+        announce(txn, topic, assignor::FALLBACK_KEY, assignor::FALLBACK_VALUE)
     }
 
-    /// Moves the group to membership from the log, as [`Core::announce_eager`] moves it to the
+    /// Moves the group to membership from the log, as [`Claims::announce_eager`] moves it to the
     /// eager protocol.
-    pub(super) fn announce_log_membership(&mut self) -> Result<(), CycleError> {
+    pub(super) fn announce_log_membership(
+        &mut self,
+        txn: &Transaction,
+        topic: &str,
+    ) -> Result<(), CycleError> {
         if self.group_uses_log() {
             return Ok(());
         }
-        self.announce(roster::MOVE_KEY, roster::MOVE_VALUE)
+        announce(txn, topic, roster::MOVE_KEY, roster::MOVE_VALUE)
     }
 
-    /// Writes one decision of the group's (`key`, `value`) into the claims topic and waits for
-    /// its delivery.
-    fn announce(&mut self, key: &[u8], value: &[u8]) -> Result<(), CycleError> {
-        if self.claims.is_none() {
-            return Ok(());
-        }
-        let record = BaseRecord::with_opaque_to(&self.k.claims_topic, 0usize)
-            .partition(0)
-            .key(key)
-            .payload(value);
-        self.send(record)?;
-        self.await_deliveries()
-    }
-
-    /// After [`CycleError::Superseded`]: aborts the transaction, drops the partitions another
-    /// member claimed (records the consumer still hands over for them are ignored) and asks the
-    /// loop to leave the group and join it again, since the consumer's own view of its
-    /// assignment is stale.
-    pub(super) fn give_up<C: ConsumerContext>(
-        &mut self,
-        consumer: &BaseConsumer<C>,
-        lost: Vec<TopicPartition>,
-    ) -> Result<(), RunError> {
-        tracing::error!(
-            partitions = ?lost,
-            "another member has claimed partitions this member holds: the group moved them \
-             without telling this member. Aborting the transaction, dropping them and joining \
-             the group again"
-        );
-        counter!(m::PARTITIONS_SUPERSEDED).increment(lost.len() as u64);
-        self.abort_and_rewind(consumer, "partitions claimed by another member")?;
-        for part in &lost {
-            self.drop_partition(&part.0, part.1);
-        }
-        self.set_owned();
+    /// Notes that another member claimed partitions of this member's: the loop rejoins the group.
+    pub(super) fn note_superseded(&mut self) {
         self.superseded = true;
-        Ok(())
     }
+
+    /// Whether another member claimed partitions of this member's since the last
+    /// [`Claims::take_superseded`].
+    pub(super) fn superseded(&self) -> bool {
+        self.superseded
+    }
+
+    /// Whether another member claimed partitions of this member's, forgetting it.
+    pub(super) fn take_superseded(&mut self) -> bool {
+        std::mem::take(&mut self.superseded)
+    }
+}
+
+/// Writes one decision of the group's (`key`, `value`) into the claims topic `topic` and waits
+/// for its delivery.
+fn announce(txn: &Transaction, topic: &str, key: &[u8], value: &[u8]) -> Result<(), CycleError> {
+    let record = BaseRecord::with_opaque_to(topic, 0usize)
+        .partition(0)
+        .key(key)
+        .payload(value);
+    txn.send(record)?;
+    txn.await_deliveries()
 }
 
 #[cfg(test)]

@@ -2,9 +2,10 @@
 //! [`crate::coordinator`]), and the abort that rewinds to the last commit. Only this file makes
 //! offsets, output and state durable.
 
-use super::errors::{classify, with_retry, CycleError, RunError};
-use super::telemetry::BatchOutcome;
+use super::errors::{CycleError, RunError};
+use super::sources::input_topic;
 use super::{Core, Topology};
+use crate::kafka::roster::TopicPartition;
 use crate::metrics as m;
 use crate::pipeline::Step;
 use crate::state::changelog::{marker_headers, OFFSET_MARKER_KEY, STAMP_HEADER};
@@ -13,20 +14,19 @@ use crate::windowing::changes::Changes;
 use metrics::counter;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::producer::BaseRecord;
 use rdkafka::{Offset, TopicPartitionList};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 impl Core {
     /// Whether the open transaction should commit now: it holds work, and the batch is full or
     /// (when `look_at_clock`) the commit interval has passed.
     pub(super) fn due(&self, look_at_clock: bool) -> bool {
-        self.dirty
-            && (self.batch_records >= self.k.max_batch_records
-                || look_at_clock
-                    && self.last_commit.elapsed()
-                        >= Duration::from_millis(self.k.commit_interval as u64))
+        self.txn.due(
+            self.k.max_batch_records,
+            Duration::from_millis(self.k.commit_interval as u64),
+            look_at_clock,
+        )
     }
 
     /// The commit cycle: the only place where offsets, output and state become durable. It is
@@ -44,7 +44,8 @@ impl Core {
         self.step5_commit()?;
         self.step6_write_local_state(changes)?;
         self.step7_begin()?;
-        self.report_commit(started);
+        self.telemetry
+            .report_commit(started, &mut self.parts, &mut self.sources, &self.store);
         self.purge_repartition();
         Ok(())
     }
@@ -74,7 +75,8 @@ impl Core {
             let epoch = part.epoch;
             let topic = self.k.changelog_topic.as_str();
             for (key, value) in changes.iter() {
-                self.send(changelog_record(topic, p, &stamp, key, value))?;
+                self.txn
+                    .send(changelog_record(topic, p, &stamp, key, value))?;
             }
             // The offset marker: the log's own record that this transaction commits `next`,
             // with the epoch and the fingerprint of the definition that wrote the state.
@@ -85,7 +87,7 @@ impl Core {
                     .key(OFFSET_MARKER_KEY)
                     .payload(stamp.as_bytes())
                     .headers(headers);
-                self.send(marker)?;
+                self.txn.send(marker)?;
             }
             all.push((p, changes));
         }
@@ -94,7 +96,7 @@ impl Core {
 
     /// Step 2: everything produced in the transaction is delivered (or the first failure).
     fn step2_await_deliveries(&mut self) -> Result<(), CycleError> {
-        self.await_deliveries()
+        self.txn.await_deliveries()
     }
 
     /// Step 3: no other member has claimed a partition of this member's since its own claim
@@ -102,27 +104,7 @@ impl Core {
     /// [`super::claims`]). It runs after step 2, so this transaction's records are in the log
     /// before the claims are read.
     fn step3_check_claims(&mut self) -> Result<(), CycleError> {
-        self.check_claims()
-    }
-
-    /// Waits until everything produced in the open transaction is delivered (or the first
-    /// failure).
-    pub(super) fn await_deliveries(&mut self) -> Result<(), CycleError> {
-        let deadline = Instant::now() + Duration::from_millis(self.k.transaction_timeout as u64);
-        while self.deliveries.outstanding.load(Ordering::Acquire) > 0 {
-            if Instant::now() > deadline {
-                return Err(CycleError::Abortable(
-                    "deliveries did not complete within the transaction timeout".into(),
-                ));
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        if let Some(e) = self.deliveries.error.lock().expect("lock").take() {
-            return Err(classify("delivery", e)
-                .err()
-                .unwrap_or(CycleError::Abortable("delivery failed".into())));
-        }
-        Ok(())
+        self.claims.check()
     }
 
     /// Step 4: the group offsets go into the transaction (a hint; the log's offset markers rule):
@@ -146,38 +128,22 @@ impl Core {
         }
         for (&(t, p), src) in &self.sources {
             if let Some(next) = src.next_offset.filter(|n| src.committed_offset != Some(*n)) {
-                tpl.add_partition_offset(self.input_topic(t), p, Offset::Offset(next))
+                tpl.add_partition_offset(input_topic(&self.k, t), p, Offset::Offset(next))
                     .map_err(fatal)?;
             }
         }
-        if tpl.count() == 0 {
-            return Ok(());
-        }
-        let cgm = consumer
-            .group_metadata()
-            .ok_or_else(|| CycleError::Abortable("no consumer group metadata yet".into()))?;
-        let timeout = Duration::from_millis(self.k.transaction_timeout as u64);
-        with_retry("send_offsets_to_transaction", || {
-            self.producer
-                .send_offsets_to_transaction(&tpl, &cgm, timeout)
-        })
+        self.txn.send_offsets(&tpl, consumer)
     }
 
     /// Step 5: the transaction commits.
     fn step5_commit(&mut self) -> Result<(), CycleError> {
-        let timeout = Duration::from_millis(self.k.transaction_timeout as u64);
-        with_retry("commit_transaction", || {
-            self.producer.commit_transaction(timeout)
-        })?;
-        self.counters.committed += 1;
-        self.counters.aborts_in_a_row = 0;
-        Ok(())
+        self.txn.commit()
     }
 
     /// Step 6: each partition's state batch, with its offsets, into RocksDB; the sources'
     /// positions and reports are committed now.
     fn step6_write_local_state(&mut self, changes: Vec<(i32, Changes)>) -> Result<(), CycleError> {
-        let changelog = std::mem::take(&mut *self.deliveries.changelog.lock().expect("lock"));
+        let changelog = self.txn.take_changelog_offsets();
         for (p, ch) in changes {
             let part = self.parts.get_mut(&p).expect("listed");
             let offsets = StoredOffsets {
@@ -201,19 +167,13 @@ impl Core {
                 src.written = Some(w);
             }
         }
-        self.batch_records = 0;
-        self.dirty = false;
-        self.last_commit = Instant::now();
+        self.txn.settle();
         Ok(())
     }
 
     /// Step 7: the next transaction begins.
     fn step7_begin(&mut self) -> Result<(), CycleError> {
-        self.producer.begin_transaction().map_err(|e| {
-            classify("begin_transaction", e)
-                .err()
-                .unwrap_or(CycleError::Fatal("begin".into()))
-        })
+        self.txn.begin()
     }
 
     /// Aborts the open transaction and rewinds every partition and source to its committed state
@@ -223,25 +183,10 @@ impl Core {
         consumer: &BaseConsumer<C>,
         why: &str,
     ) -> Result<(), RunError> {
-        // Never abort after fencing or another fatal error: stop instead.
-        if let Some(fatal) = self.producer_fatal() {
-            return Err(RunError::Fatal(format!("{fatal} (while handling: {why})")));
-        }
-        tracing::warn!("aborting transaction: {why}");
+        // Never aborts after fencing or another fatal error: stops instead.
+        self.txn.abort(why)?;
         let timeout = Duration::from_millis(self.k.transaction_timeout as u64);
-        // Wait for outstanding deliveries to settle (they fail or land in the aborted transaction).
-        let deadline = Instant::now() + timeout;
-        while self.deliveries.outstanding.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        self.producer
-            .abort_transaction(timeout)
-            .map_err(|e| RunError::Fatal(format!("abort_transaction: {e}")))?;
-        self.deliveries.error.lock().expect("lock").take();
-        self.deliveries.changelog.lock().expect("lock").clear();
-        self.counters.aborted += 1;
-        counter!(m::TRANSACTIONS, "outcome" => "aborted").increment(1);
-        self.batch = BatchOutcome::default();
+        self.telemetry.aborted();
         self.clear_packs();
         let hop = matches!(self.topology, Topology::Hop { .. });
         let parts: Vec<i32> = self.parts.keys().copied().collect();
@@ -285,7 +230,7 @@ impl Core {
         }
         let keys: Vec<(u16, i32)> = self.sources.keys().copied().collect();
         for key in keys {
-            let topic = self.input_topic(key.0).to_string();
+            let topic = input_topic(&self.k, key.0).to_string();
             let src = self.sources.get_mut(&key).expect("listed");
             src.front = src.committed_front.clone();
             src.next_offset = src.committed_offset;
@@ -309,11 +254,7 @@ impl Core {
                 .seek(&topic, key.1, Offset::Offset(to), timeout)
                 .map_err(|e| RunError::Fatal(format!("seek {topic}/{}: {e}", key.1)))?;
         }
-        self.batch_records = 0;
-        self.dirty = false;
-        self.producer
-            .begin_transaction()
-            .map_err(|e| RunError::Fatal(format!("begin_transaction after abort: {e}")))
+        self.txn.begin_after_abort()
     }
 
     /// Runs the commit cycle and handles its failure as the module docs say.
@@ -326,23 +267,36 @@ impl Core {
             Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
             Err(CycleError::Abortable(m)) => {
                 self.abort_and_rewind(consumer, &m)?;
-                self.counters.aborts_in_a_row = self.counters.aborts_in_a_row.saturating_add(1);
-                std::thread::sleep(abort_pause(self.counters.aborts_in_a_row));
+                self.txn.back_off();
                 Ok(())
             }
             Err(CycleError::Superseded(lost)) => self.give_up(consumer, lost),
         }
     }
-}
 
-/// How long to wait after the `n`th abort in a row before the next cycle: nothing after the
-/// first (a lost race is retried at once), then 10 ms doubling to at most a second, so a member
-/// whose broker is gone neither spins nor floods its log, and resumes within a second of its
-/// return.
-fn abort_pause(n: u32) -> Duration {
-    match n {
-        0 | 1 => Duration::ZERO,
-        n => Duration::from_millis(10u64 << (n - 2).min(7)).min(Duration::from_secs(1)),
+    /// After [`CycleError::Superseded`]: aborts the transaction, drops the partitions another
+    /// member claimed (records the consumer still hands over for them are ignored) and asks the
+    /// loop to leave the group and join it again, since the consumer's own view of its
+    /// assignment is stale.
+    pub(super) fn give_up<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+        lost: Vec<TopicPartition>,
+    ) -> Result<(), RunError> {
+        tracing::error!(
+            partitions = ?lost,
+            "another member has claimed partitions this member holds: the group moved them \
+             without telling this member. Aborting the transaction, dropping them and joining \
+             the group again"
+        );
+        counter!(m::PARTITIONS_SUPERSEDED).increment(lost.len() as u64);
+        self.abort_and_rewind(consumer, "partitions claimed by another member")?;
+        for part in &lost {
+            self.drop_partition(&part.0, part.1);
+        }
+        self.set_owned();
+        self.claims.note_superseded();
+        Ok(())
     }
 }
 
@@ -384,20 +338,5 @@ pub(super) fn settle<C: ConsumerContext>(
         Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
         Err(CycleError::Abortable(m)) => c.abort_and_rewind(consumer, &m),
         Err(CycleError::Superseded(lost)) => c.give_up(consumer, lost),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::abort_pause;
-    use std::time::Duration;
-
-    #[test]
-    fn repeated_aborts_back_off_to_a_second() {
-        let pauses: Vec<u64> = (1..=10)
-            .map(|n| abort_pause(n).as_millis() as u64)
-            .collect();
-        assert_eq!(pauses, [0, 10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
-        assert_eq!(abort_pause(u32::MAX), Duration::from_secs(1));
     }
 }

@@ -1,10 +1,8 @@
 //! Error classification: which failures of a transactional step are retried, which abort the
 //! transaction and replay from the committed offsets, and which stop the member.
 
-use super::Core;
 use crate::kafka::roster::TopicPartition;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::Producer;
 use std::time::Duration;
 
 /// Errors that stop `tidemark run`.
@@ -98,15 +96,4 @@ pub(super) fn with_retry(
         }
     }
     unreachable!()
-}
-
-impl Core {
-    /// librdkafka's fatal error, if the producer has one (fencing surfaces here even when the
-    /// failed call itself reported something milder, such as purged deliveries).
-    pub(super) fn producer_fatal(&self) -> Option<String> {
-        self.producer
-            .client()
-            .fatal_error()
-            .map(|(code, reason)| format!("fatal producer error {code:?}: {reason}"))
-    }
 }

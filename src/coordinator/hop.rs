@@ -21,6 +21,7 @@
 
 use super::errors::CycleError;
 use super::sources;
+use super::sources::input_topic;
 use super::{Core, Topology};
 use crate::clock::wall_ms;
 use crate::format::dead_letter::DeadLetter;
@@ -49,8 +50,7 @@ impl Core {
         src.first_seen.get_or_insert(offset);
         src.next_offset = Some(offset + 1);
         src.batch_in += 1;
-        self.batch_records += 1;
-        self.dirty = true;
+        self.txn.add_records(1);
         let Topology::Hop { partitions } = self.topology else {
             // --passthrough: a copy of the record, through the same cycle.
             let mut record = BaseRecord::with_opaque_to(&self.k.output_topic, 0usize);
@@ -61,14 +61,14 @@ impl Core {
                 record = record.payload(v);
             }
             let appended = msg.timestamp().to_millis().unwrap_or(now);
-            self.batch.fired_at.push(appended);
-            return self.send(record);
+            self.telemetry.batch().fired_at.push(appended);
+            return self.txn.send(record);
         };
         let decoded = super::process::decode(&mut self.decoder, msg, now)?;
         let src = self.sources.get_mut(&(topic, p)).expect("looked up above");
         match src.front.check(decoded, now) {
             Checked::Filtered => {
-                self.batch.filtered(msg.topic());
+                self.telemetry.batch().filtered(msg.topic());
                 Ok(())
             }
             Checked::Event(ev) => {
@@ -156,11 +156,11 @@ impl Core {
 
     /// Writes `value` to repartition partition `r`, counting its bytes.
     fn send_repartition(&mut self, r: i32, value: &[u8]) -> Result<(), CycleError> {
-        self.batch.hop_bytes += value.len() as u64;
+        self.telemetry.batch().hop_bytes += value.len() as u64;
         let record = BaseRecord::with_opaque_to(&self.k.repartition_topic, 0usize)
             .partition(r)
             .payload(value);
-        self.send(record)
+        self.txn.send(record)
     }
 
     /// Drops the events of the packs not written yet (their transaction aborts).
@@ -187,8 +187,8 @@ impl Core {
         for (topic, p, partials) in taken {
             for partial in partials {
                 let r = wire::partition_for(partial.key.as_bytes(), partitions);
-                self.batch.partials += 1;
-                self.batch.folded += partial.acc.count;
+                self.telemetry.batch().partials += 1;
+                self.telemetry.batch().folded += partial.acc.count;
                 let pack = &mut self.hop_partials[r as usize];
                 pack.push(&partial, topic, p);
                 if pack.is_full() {
@@ -255,8 +255,7 @@ impl Core {
             part.first_seen.get_or_insert(r.offset);
             part.next_offset = Some(r.offset + 1);
             part.batch_in += 1;
-            self.batch_records += 1;
-            self.dirty = true;
+            self.txn.add_records(1);
             let epoch = part.epoch;
             let fatal = |e: crate::windowing::engine::EngineError| CycleError::Fatal(e.to_string());
             match decoded {
@@ -281,7 +280,7 @@ impl Core {
                         .get_mut(&r.partition)
                         .expect("checked above")
                         .batch_in += extra;
-                    self.batch_records += extra as usize;
+                    self.txn.add_records(extra as usize);
                 }
                 Ok(Decoded::Partials) => {
                     let value = r.value.as_deref().expect("decoded from it");
@@ -300,13 +299,13 @@ impl Core {
                                 .get_mut(&r.partition)
                                 .expect("checked above")
                                 .batch_in += extra;
-                            self.batch_records += extra as usize;
+                            self.txn.add_records(extra as usize);
                         }
                         Err(e) => self.malformed_repartition_record(&r, e.to_string(), epoch)?,
                     }
                 }
                 Ok(Decoded::Watermarks) if reports.iter().all(|(o, _)| known(o)) => {
-                    self.batch.hop_watermarks += 1;
+                    self.telemetry.batch().hop_watermarks += 1;
                     for (o, report) in reports.iter() {
                         let source = format!(
                             "{}/{}",
@@ -413,12 +412,12 @@ impl Core {
             .map_err(fatal)?;
         let panes = back.take_panes();
         if let Some(b) = behind {
-            self.lateness.record(b as f64 / 1000.0);
+            self.telemetry.lateness(b);
         }
         if late.is_some() || panes.iter().any(|p| p.timing == Timing::Late) {
             // The first stage folds only what the second stage's watermark cannot have passed
             // while its input is not idle; an input back from idleness can be behind.
-            self.batch.late_partials += 1;
+            self.telemetry.batch().late_partials += 1;
         }
         if let Some(watermark) = late {
             let o = partial.origin;
@@ -458,7 +457,7 @@ impl Core {
         let (rejection, behind) = back.process(ev).map_err(fatal)?;
         let panes = back.take_panes();
         if let Some(b) = behind {
-            self.lateness.record(b as f64 / 1000.0);
+            self.telemetry.lateness(b);
         }
         if let Some(rej) = rejection {
             let value = self.event_json(ev);
@@ -479,7 +478,7 @@ impl Core {
     ) -> Result<(), CycleError> {
         let letter = DeadLetter {
             reason: rej.reason.as_str().to_string(),
-            topic: self.input_topic(o.topic).to_string(),
+            topic: input_topic(&self.k, o.topic).to_string(),
             partition: o.partition,
             offset: o.offset,
             watermark: rej.watermark,
@@ -532,7 +531,7 @@ impl Core {
         let mut reports = Vec::new();
         for key in keys {
             let (topic_index, p) = key;
-            let topic = self.input_topic(topic_index).to_string();
+            let topic = input_topic(&self.k, topic_index).to_string();
             let caught_up = self
                 .catch_up
                 .is_caught_up(&topic, p, self.sources[&key].position());
@@ -587,7 +586,7 @@ impl Core {
                 .key(key_bytes.as_slice())
                 .payload(stamp.as_bytes())
                 .headers(headers);
-            self.send(record)?;
+            self.txn.send(record)?;
         }
         // One watermark record per repartition partition holds every report that changed: with
         // S sources and P partitions, P records a cycle instead of S x P (64 x 64: 4,096).
@@ -680,7 +679,7 @@ impl Core {
         self.sources.iter().any(|(&(t, p), src)| {
             let caught_up = self
                 .catch_up
-                .is_caught_up(self.input_topic(t), p, src.position());
+                .is_caught_up(input_topic(&self.k, t), p, src.position());
             needs_writing(src.written, src.front.report(now, caught_up), now, refresh)
         })
     }

@@ -90,7 +90,7 @@ impl Membership {
     ) -> Result<Membership, RunError> {
         let mut settings = settings;
         let mut protocol = protocol_of(&settings)?;
-        if protocol == Protocol::Cooperative && core.lock().expect("lock").group_is_eager() {
+        if protocol == Protocol::Cooperative && core.lock().expect("lock").claims.group_is_eager() {
             tracing::warn!(
                 assignor = assignor::EAGER_FALLBACK,
                 "the claims topic says this group gave up the cooperative rebalance protocol \
@@ -99,7 +99,7 @@ impl Membership {
             settings.set("partition.assignment.strategy", assignor::EAGER_FALLBACK);
             protocol = Protocol::Eager;
         }
-        let moved = !k.log_membership && core.lock().expect("lock").group_uses_log();
+        let moved = !k.log_membership && core.lock().expect("lock").claims.group_uses_log();
         if moved {
             tracing::warn!(
                 "the claims topic says this group moved to membership from the log (its \
@@ -162,7 +162,7 @@ impl Membership {
             // Membership from the log: partitions claimed by another member were dropped
             // already, and the next look follows the claim.
             let mut core = self.core.lock().expect("lock");
-            core.superseded = false;
+            core.claims.take_superseded();
             return match roster.tick() {
                 Some(want) => core.follow(&self.consumer, &want),
                 None => Ok(()),
@@ -170,9 +170,9 @@ impl Membership {
         }
         if self.last_look.elapsed() >= LOOK_AT_CLAIMS_EVERY {
             self.last_look = Instant::now();
-            self.core.lock().expect("lock").look_at_claims();
+            self.core.lock().expect("lock").claims.look_between_cycles();
         }
-        if self.core.lock().expect("lock").group_uses_log() {
+        if self.core.lock().expect("lock").claims.group_uses_log() {
             return self.move_to_log("group");
         }
         if let Some(reason) = self.fallback_reason() {
@@ -191,7 +191,7 @@ impl Membership {
             }
             self.rejoin(Why::Wedged { bound_ms })?;
         }
-        let superseded = std::mem::take(&mut self.core.lock().expect("lock").superseded);
+        let superseded = self.core.lock().expect("lock").claims.take_superseded();
         if superseded {
             self.rejoin(Why::Superseded)?;
         }
@@ -206,11 +206,11 @@ impl Membership {
             return None;
         }
         let core = self.core.lock().expect("lock");
-        if core.group_is_eager() {
+        if core.claims.group_is_eager() {
             Some("group")
         } else if self.consumer.context().stalled.load(Ordering::Relaxed) {
             Some("stalled")
-        } else if core.superseded {
+        } else if core.claims.superseded() {
             Some("superseded")
         } else {
             None
@@ -228,11 +228,11 @@ impl Membership {
     ) -> Result<(), RunError> {
         let mut c = self.core.lock().expect("lock");
         c.health.set_ready(false);
-        c.superseded = false;
+        c.claims.take_superseded();
         if let Err(e) = announce(&mut c) {
             c.abort_and_rewind(&self.consumer, &format!("announcing {what}: {e:?}"))?;
         }
-        c.dirty = true;
+        c.txn.touch();
         c.commit(&self.consumer)?;
         Ok(())
     }
@@ -250,7 +250,9 @@ impl Membership {
              cooperative protocol and joins again with the eager one"
         );
         counter!(m::ASSIGNOR_FALLBACKS, "reason" => reason).increment(1);
-        self.announce_and_commit("the fallback", Core::announce_eager)?;
+        self.announce_and_commit("the fallback", |c| {
+            c.claims.announce_eager(&c.txn, &c.k.claims_topic)
+        })?;
         let cooperative = self
             .settings
             .get("partition.assignment.strategy")
@@ -274,7 +276,9 @@ impl Membership {
              membership from the log, and this member leaves the consumer group"
         );
         counter!(m::MEMBERSHIP_MOVES, "reason" => reason).increment(1);
-        self.announce_and_commit("the move", Core::announce_log_membership)?;
+        self.announce_and_commit("the move", |c| {
+            c.claims.announce_log_membership(&c.txn, &c.k.claims_topic)
+        })?;
         self.watchdog = None;
         self.consumer.unsubscribe();
         let (consumer, idle) =
@@ -373,17 +377,12 @@ impl Membership {
         if result.is_ok() {
             tracing::info!("shutting down: committing the open transaction");
             let mut c = self.core.lock().expect("lock");
-            c.dirty = true;
+            c.txn.touch();
             result = c.commit(&self.consumer);
-            let counters = c.counters;
+            let (committed, aborted) = c.txn.outcomes();
+            let (panes, dead_letters) = c.telemetry.produced();
             drop(c);
-            tracing::info!(
-                committed = counters.committed,
-                aborted = counters.aborted,
-                panes = counters.panes,
-                dead_letters = counters.dead_letters,
-                "stopped"
-            );
+            tracing::info!(committed, aborted, panes, dead_letters, "stopped");
         }
         if let Some(roster) = self.roster.as_mut() {
             roster.leave();
@@ -400,7 +399,7 @@ fn start_roster(
     consumer: &BaseConsumer<RebalanceContext>,
     topics: &[String],
 ) -> Result<Roster, RunError> {
-    let token = core.lock().expect("lock").claims_token();
+    let token = core.lock().expect("lock").claims.token();
     let parts = crate::kafka::admin::partitions_of(consumer, topics).map_err(RunError::Startup)?;
     super::roster::start(k, token, parts)
 }

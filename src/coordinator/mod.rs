@@ -16,8 +16,9 @@
 //! * `claims` — fencing from the log: each member claims its partitions in the claims topic, and
 //!   a member that finds a newer claim of one of its partitions aborts and rejoins;
 //! * `errors` — [`RunError`], and the classification of transactional errors;
-//! * `delivery` — the producer context that tracks the open transaction's deliveries;
-//! * `setup` — topics, decoder and encoder at startup; `telemetry` — metric handles and reports;
+//! * `transaction` — the open transaction: its producer, its deliveries, and the transactional
+//!   calls the commit cycle's steps make;
+//! * `setup` — topics, decoder and encoder at startup; `telemetry` — metrics and reports;
 //!   `catch_up` — whether input partitions are read to their end (their raw logs looked at);
 //!   `watchdog` — the group watchdog, which asks for a rejoin when partitions stay without owner;
 //!   `membership` — the consumer, its subscription, and the rejoin.
@@ -67,36 +68,33 @@
 //! assignment (session expired, poll interval exceeded) aborts the open transaction instead,
 //! since another member may already own the partitions.
 
-use crate::clients::{consumer_config, producer_config};
+use crate::clients::consumer_config;
 use crate::config::{KafkaSpec, PipelineSpec};
 use crate::format::repartition as wire;
 use crate::format::Encoder;
 use crate::input::decode::Decoder;
 use crate::kafka::raw_log::CommittedReader;
-use crate::metrics::{self as m, Health};
+use crate::metrics::Health;
 use crate::state::store::StateStore;
 use crate::windowing::spec::Event;
 use crate::windowing::watermark::SourceWatermark;
 use catch_up::CatchUp;
 use cycle::settle;
-use delivery::{Deliveries, TxnContext};
 use errors::CycleError;
-use metrics::{histogram, Histogram};
 use parts::{Part, Source};
 use rdkafka::consumer::Consumer;
-use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::Offset;
 use setup::{codecs, ensure_topics, open_store};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use telemetry::{BatchOutcome, Counters};
+use telemetry::Telemetry;
+use transaction::Transaction;
 
 mod catch_up;
 mod claims;
 mod cycle;
-mod delivery;
 mod errors;
 mod hop;
 mod membership;
@@ -108,6 +106,7 @@ mod scaling;
 mod setup;
 mod sources;
 mod telemetry;
+mod transaction;
 mod watchdog;
 
 pub use errors::RunError;
@@ -143,8 +142,8 @@ pub struct Core {
     spec: PipelineSpec,
     k: KafkaSpec,
     store: StateStore,
-    producer: ThreadedProducer<TxnContext>,
-    deliveries: Arc<Deliveries>,
+    /// The open transaction and its producer.
+    txn: Transaction,
     decoder: Decoder,
     /// Encoder of panes and dead letters (JSON or Avro).
     encoder: Encoder,
@@ -168,9 +167,6 @@ pub struct Core {
     catch_up: CatchUp,
     /// Partitions of the offsets topic (the first stage's offset markers).
     offsets_partitions: i32,
-    batch_records: usize,
-    dirty: bool,
-    last_commit: Instant,
     /// The error that must stop the loop, set by a rebalance callback.
     fatal: Option<RunError>,
     /// The fingerprint of what shapes this pipeline's state ([`PipelineSpec::fingerprint`]).
@@ -178,21 +174,14 @@ pub struct Core {
     health: Arc<Health>,
     /// Where a partition on which nothing has ever committed starts (`auto.offset.reset`).
     reset: Offset,
-    batch: BatchOutcome,
-    /// `tidemark_record_lateness_seconds`, registered once: it is recorded on the per-record path.
-    lateness: Histogram,
-    last_state_gauges: Option<Instant>,
-    last_lag_update: Instant,
+    /// Metrics, and what this member did, for its last log line.
+    telemetry: Telemetry,
     /// When the repartition topic was last purged below the committed positions.
     last_purge: Instant,
-    /// What this member did, for its last log line.
-    counters: Counters,
     /// The partitions this member holds, for the group watchdog.
     owned_here: watchdog::Held,
-    /// This member's claims of its partitions, for fencing from the log (`None`: not checked).
-    claims: Option<claims::Claims>,
-    /// Set when another member claimed partitions of this member's: the loop rejoins the group.
-    superseded: bool,
+    /// This member's claims of its partitions, for fencing from the log.
+    claims: claims::Claims,
 }
 
 /// How often the second stage reads the repartition topic while it finds nothing.
@@ -233,17 +222,7 @@ pub fn run(
         .map_err(|e| {
             RunError::Startup(format!("reading the claims topic {}: {e}", k.claims_topic))
         })?;
-    let deliveries = Arc::new(Deliveries::default());
-    let producer: ThreadedProducer<TxnContext> = producer_config(&k)
-        .create_with_context(TxnContext(deliveries.clone()))
-        .map_err(|e| RunError::Startup(format!("creating the producer: {e}")))?;
-    let timeout = Duration::from_millis(k.transaction_timeout as u64);
-    producer
-        .init_transactions(timeout.max(Duration::from_secs(30)))
-        .map_err(|e| RunError::Fatal(format!("init_transactions: {e}")))?;
-    producer
-        .begin_transaction()
-        .map_err(|e| RunError::Fatal(format!("begin_transaction: {e}")))?;
+    let txn = Transaction::start(&k)?;
     let (decoder, encoder) = codecs(&spec, &k)?;
     let consumer_settings = consumer_config(&k);
     let reset_name = consumer_settings
@@ -279,8 +258,7 @@ pub fn run(
         spec,
         k: k.clone(),
         store,
-        producer,
-        deliveries,
+        txn,
         topology,
         parts: BTreeMap::new(),
         sources: BTreeMap::new(),
@@ -292,22 +270,14 @@ pub fn run(
         hop_partials: Vec::new(),
         catch_up: CatchUp::new(&k.bootstrap_servers),
         offsets_partitions: layout.offsets_partitions,
-        batch_records: 0,
-        dirty: false,
-        last_commit: Instant::now(),
         fatal: None,
         fingerprint,
         health,
         reset,
-        batch: BatchOutcome::default(),
-        lateness: histogram!(m::LATENESS),
-        last_state_gauges: None,
-        last_lag_update: Instant::now(),
+        telemetry: Telemetry::new(),
         last_purge: Instant::now(),
-        counters: Counters::default(),
         owned_here: owned_here.clone(),
-        claims: Some(claims),
-        superseded: false,
+        claims,
     }));
     let mut member = Membership::join(
         core.clone(),

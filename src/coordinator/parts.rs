@@ -2,11 +2,11 @@
 //! partition of the hop's first stage (`Source`), each with its committed and uncommitted
 //! positions.
 
-use super::telemetry::PartGauges;
+use crate::metrics as m;
 use crate::pipeline::{Front, Step};
 use crate::windowing::fold::Folder;
 use crate::windowing::watermark::SourceWatermark;
-use metrics::Counter;
+use metrics::{counter, gauge, Counter, Gauge};
 
 /// A windowing partition: an input partition (input partitioned by the grouping key) or a
 /// partition of the repartition topic (the second stage of the hop).
@@ -88,5 +88,36 @@ impl Source {
     /// Where reading goes on: after the last processed record, at the committed offset, or at 0.
     pub(super) fn position(&self) -> i64 {
         self.next_offset.or(self.committed_offset).unwrap_or(0)
+    }
+}
+
+/// Metric handles of one input partition, registered once at assignment.
+pub(super) struct PartGauges {
+    pub(super) records_in: Counter,
+    pub(super) watermark: Gauge,
+    pub(super) watermark_lag: Gauge,
+    pub(super) open_windows: Gauge,
+    pub(super) state_entries: Gauge,
+}
+
+impl PartGauges {
+    /// Sets the watermark and its lag behind the wall clock `now` (nothing before the first
+    /// watermark).
+    pub(super) fn set_watermark(&self, wm: i64, now: i64) {
+        if wm != i64::MIN {
+            self.watermark.set(wm as f64 / 1000.0);
+            self.watermark_lag.set((now - wm) as f64 / 1000.0);
+        }
+    }
+
+    pub(super) fn new(topic: &str, p: i32) -> PartGauges {
+        let part = p.to_string();
+        PartGauges {
+            records_in: counter!(m::RECORDS_IN, "topic" => topic.to_string(), "partition" => part.clone()),
+            watermark: gauge!(m::WATERMARK, "partition" => part.clone()),
+            watermark_lag: gauge!(m::WATERMARK_LAG, "partition" => part.clone()),
+            open_windows: gauge!(m::OPEN_WINDOWS, "partition" => part.clone()),
+            state_entries: gauge!(m::STATE_ENTRIES, "partition" => part),
+        }
     }
 }

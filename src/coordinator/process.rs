@@ -4,6 +4,7 @@
 //! the dispatch of records to the hop's stages, and the tick that lets processing time move.
 
 use super::errors::CycleError;
+use super::sources::input_topic;
 use super::{Core, Topology};
 use crate::clock::wall_ms;
 use crate::format::dead_letter::DeadLetter;
@@ -13,7 +14,6 @@ use crate::pipeline::{Decoded, Reason, Rejection};
 use crate::windowing::engine::Pane;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::BaseRecord;
-use std::time::{Duration, Instant};
 
 impl Core {
     /// Produces panes of replay epoch `epoch` into the open transaction; `fired_at` is the append
@@ -33,11 +33,9 @@ impl Core {
                 .key(p.key.as_bytes())
                 .payload(value.as_slice())
                 .headers(pane::headers(&p, epoch));
-            self.send(record)?;
-            self.counters.panes += 1;
-            self.batch.panes[p.timing as usize] += 1;
-            self.batch.fired_at.push(fired_at);
-            self.dirty = true;
+            self.txn.send(record)?;
+            self.telemetry.pane(p.timing, fired_at);
+            self.txn.touch();
         }
         Ok(())
     }
@@ -65,9 +63,8 @@ impl Core {
             (None, Some(v)) => record = record.payload(v),
             (None, None) => {}
         }
-        self.send(record)?;
-        self.counters.dead_letters += 1;
-        self.batch.dead_letters.push(reason);
+        self.txn.send(record)?;
+        self.telemetry.dead_letter(reason);
         tracing::debug!(
             reason,
             topic = letter.topic,
@@ -115,8 +112,7 @@ impl Core {
         let decoded = decode(&mut self.decoder, msg, now)?;
         part.next_offset = Some(offset + 1);
         part.batch_in += 1;
-        self.batch_records += 1;
-        self.dirty = true;
+        self.txn.add_records(1);
         let epoch = part.epoch;
         let mismatch = match (&decoded, msg.key()) {
             (Ok(Some(ev)), key) if key != Some(ev.key.as_bytes()) => Some(format!(
@@ -146,10 +142,10 @@ impl Core {
                 .map_err(|e| CycleError::Fatal(e.to_string()))?,
         };
         if out.filtered {
-            self.batch.filtered(msg.topic());
+            self.telemetry.batch().filtered(msg.topic());
         }
         if let Some(behind) = out.behind_watermark_ms {
-            self.lateness.record(behind as f64 / 1000.0);
+            self.telemetry.lateness(behind);
         }
         if let Some(r) = out.rejection {
             let reason = r.reason.as_str();
@@ -185,25 +181,18 @@ impl Core {
             .iter()
             .map(|(&(t, p), src)| {
                 self.catch_up
-                    .is_caught_up(self.input_topic(t), p, src.position())
+                    .is_caught_up(input_topic(&self.k, t), p, src.position())
             })
             .collect();
         for (src, caught_up) in self.sources.values_mut().zip(caught_up) {
             src.front.tick(now, caught_up);
         }
         // A source whose report changed (it went idle, say) has something to commit.
-        if !self.dirty && self.sources_pending() {
-            self.dirty = true;
+        if !self.txn.is_dirty() && self.sources_pending() {
+            self.txn.touch();
         }
         // An idle member commits nothing; keep its watermark lag and state figures current anyway.
-        if self.last_lag_update.elapsed() >= Duration::from_secs(1) {
-            self.refresh_state_gauges();
-            self.last_lag_update = Instant::now();
-            for part in self.parts.values() {
-                part.gauges
-                    .set_watermark(part.step.engine().watermark(), now);
-            }
-        }
+        self.telemetry.refresh_idle(&self.parts, &self.store, now);
         for (panes, epoch) in fired {
             self.send_panes(panes, epoch, now)?;
         }
@@ -232,7 +221,7 @@ impl Core {
             }
         }
         for (&(t, p), src) in &self.sources {
-            let topic = self.input_topic(t);
+            let topic = input_topic(&self.k, t);
             let position = src.position();
             if src.front.report(now, true).idle_at.is_some()
                 && self.catch_up.due(topic, p, position)

@@ -9,11 +9,13 @@
 //! to keep the group's ownership, then paused: the second stage reads them as a raw log.
 
 use super::errors::RunError;
+use super::parts::PartGauges;
 use super::sources;
-use super::telemetry::PartGauges;
+use super::sources::input_topic;
 use super::{Core, Part, Source, Topology};
 use crate::clock::wall_ms;
 use crate::kafka::assignor::{self, JoinWatch};
+use crate::kafka::roster::TopicPartition;
 use crate::metrics as m;
 use crate::pipeline::{Front, Step};
 use crate::state::changelog::{
@@ -26,7 +28,7 @@ use metrics::{counter, gauge, histogram};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -78,12 +80,14 @@ impl Core {
         };
         let fatal = |e: rdkafka::error::KafkaError| RunError::Fatal(e.to_string());
         // The claims go into the log before the restores read it (see `super::claims`).
-        self.claim(&partitions_of(tpl)).map_err(|e| {
-            RunError::Fatal(format!(
-                "claiming the assigned partitions: {}",
-                e.describe()
-            ))
-        })?;
+        self.claims
+            .claim(&self.txn, &self.k.claims_topic, &partitions_of(tpl))
+            .map_err(|e| {
+                RunError::Fatal(format!(
+                    "claiming the assigned partitions: {}",
+                    e.describe()
+                ))
+            })?;
         let mut restored = self.restore_all(tpl);
         for el in tpl.elements() {
             let (topic, p) = (el.topic().to_string(), el.partition());
@@ -264,7 +268,7 @@ impl Core {
         p: i32,
         pre: Option<Restored<SourceMarkers>>,
     ) -> Result<Option<i64>, RunError> {
-        let topic = self.input_topic(topic_index).to_string();
+        let topic = input_topic(&self.k, topic_index).to_string();
         let done = pre.unwrap_or_else(|| timed(|| self.restore_source(&topic, p)));
         let (state, took) = (done.result?, done.took);
         tracing::info!(
@@ -438,7 +442,7 @@ impl Core {
             }
         }
         self.set_owned();
-        if lost && self.dirty {
+        if lost && self.txn.is_dirty() {
             self.abort_and_rewind(consumer, "the assignment was lost")?;
         }
         Ok(())
@@ -447,7 +451,7 @@ impl Core {
     /// Drops partition `p` of `topic` from this member (its engine or its source, the
     /// repartition reader's interest and its claim); says whether the member held it.
     pub(super) fn drop_partition(&mut self, topic: &str, p: i32) -> bool {
-        self.release(&(topic.to_string(), p));
+        self.claims.release(&(topic.to_string(), p));
         let windowing = match self.topology {
             Topology::Direct => true,
             Topology::Hop { .. } => topic == self.k.repartition_topic,
@@ -669,7 +673,7 @@ impl Core {
             .chain(
                 self.sources
                     .keys()
-                    .map(|&(t, p)| (self.input_topic(t).to_string(), p)),
+                    .map(|&(t, p)| (input_topic(&self.k, t).to_string(), p)),
             )
             .collect();
         gauge!(m::ASSIGNED_PARTITIONS).set(held.len() as f64);
@@ -683,6 +687,65 @@ impl Core {
             Topology::Hop { .. } => &self.k.repartition_topic,
             _ => &self.k.input_topics[0],
         }
+    }
+
+    /// Follows the assignment `want` (from [`Roster::tick`]): commits and drops the partitions
+    /// this member holds that are no longer its own, then claims, restores and takes the new
+    /// ones. The consumer's manual assignment follows.
+    pub(super) fn follow<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+        want: &BTreeSet<TopicPartition>,
+    ) -> Result<(), RunError> {
+        let held = self.owned_here.lock().expect("lock").clone();
+        // The consumer may still be assigned partitions the core gave up (claimed by another
+        // member): they leave the consumer too.
+        let assigned: BTreeSet<TopicPartition> = consumer
+            .assignment()
+            .map(|tpl| {
+                tpl.elements()
+                    .iter()
+                    .map(|e| (e.topic().to_string(), e.partition()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let tpl = |parts: &mut dyn Iterator<Item = &TopicPartition>| {
+            let mut tpl = TopicPartitionList::new();
+            for (t, p) in parts {
+                tpl.add_partition(t, *p);
+            }
+            tpl
+        };
+        let give: Vec<&TopicPartition> = held.iter().filter(|p| !want.contains(*p)).collect();
+        if !give.is_empty() {
+            let list = tpl(&mut give.iter().copied());
+            tracing::info!(partitions = ?give, "membership from the log: giving up");
+            self.revoke(consumer, &list, false)?;
+        }
+        let keep: BTreeSet<&TopicPartition> = held.intersection(want).collect();
+        let stale: Vec<&TopicPartition> = assigned.iter().filter(|p| !keep.contains(p)).collect();
+        if !stale.is_empty() {
+            consumer
+                .incremental_unassign(&tpl(&mut stale.iter().copied()))
+                .map_err(|e| RunError::Fatal(format!("unassigning: {e}")))?;
+        }
+        let take: Vec<&TopicPartition> = want.iter().filter(|p| !held.contains(*p)).collect();
+        if take.is_empty() {
+            return Ok(());
+        }
+        let list = tpl(&mut take.iter().copied());
+        tracing::info!(partitions = ?take, "membership from the log: taking");
+        let a = self.assign(consumer, &list)?;
+        consumer
+            .incremental_assign(&a.start_at)
+            .and_then(|()| {
+                if a.pause.count() > 0 {
+                    consumer.pause(&a.pause)
+                } else {
+                    Ok(())
+                }
+            })
+            .map_err(|e| RunError::Fatal(format!("assigning: {e}")))
     }
 }
 
@@ -744,7 +807,7 @@ pub(super) fn rejoin<C: ConsumerContext>(
             ),
         }
         c.health.set_ready(false);
-        c.dirty = true;
+        c.txn.touch();
         c.commit(consumer)?;
         c.k.clone()
     };

@@ -9,7 +9,7 @@
 //! (`tidemark replay`), never the group's offsets.
 
 use super::errors::RunError;
-use super::Core;
+use crate::config::KafkaSpec;
 use crate::state::changelog::{
     source_marker_key, source_markers, OpenDecision, OpenPolicy, SourceMarkers,
     MARKER_PARTITIONS_HEADER, OFFSET_MARKER_KEY, SOURCE_WATERMARK_HEADER,
@@ -77,9 +77,7 @@ pub(super) fn restore(
     }
 }
 
-impl Core {
-    /// The input topic of index `i` (the hop names source topics by index).
-    pub(super) fn input_topic(&self, i: u16) -> &str {
-        &self.k.input_topics[usize::from(i)]
-    }
+/// The input topic of index `i` (the hop names source topics by index).
+pub(super) fn input_topic(k: &KafkaSpec, i: u16) -> &str {
+    &k.input_topics[usize::from(i)]
 }

@@ -1,42 +1,15 @@
-//! The coordinator's metric handles and the reports made after each commit.
+//! What the member reports: the open transaction's outcome, reported to metrics once it
+//! commits, the per-record lateness histogram, the state figures, and the counts of its last log
+//! line.
 
-use super::Core;
+use super::parts::{Part, Source};
 use crate::clock::wall_ms;
 use crate::metrics as m;
+use crate::state::store::StateStore;
 use crate::windowing::trigger::Timing;
-use metrics::{counter, gauge, histogram, Counter, Gauge};
+use metrics::{counter, gauge, histogram, Histogram};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-
-/// Metric handles of one input partition, registered once at assignment.
-pub(super) struct PartGauges {
-    pub(super) records_in: Counter,
-    pub(super) watermark: Gauge,
-    pub(super) watermark_lag: Gauge,
-    pub(super) open_windows: Gauge,
-    pub(super) state_entries: Gauge,
-}
-
-impl PartGauges {
-    /// Sets the watermark and its lag behind the wall clock `now` (nothing before the first
-    /// watermark).
-    pub(super) fn set_watermark(&self, wm: i64, now: i64) {
-        if wm != i64::MIN {
-            self.watermark.set(wm as f64 / 1000.0);
-            self.watermark_lag.set((now - wm) as f64 / 1000.0);
-        }
-    }
-
-    pub(super) fn new(topic: &str, p: i32) -> PartGauges {
-        let part = p.to_string();
-        PartGauges {
-            records_in: counter!(m::RECORDS_IN, "topic" => topic.to_string(), "partition" => part.clone()),
-            watermark: gauge!(m::WATERMARK, "partition" => part.clone()),
-            watermark_lag: gauge!(m::WATERMARK_LAG, "partition" => part.clone()),
-            open_windows: gauge!(m::OPEN_WINDOWS, "partition" => part.clone()),
-            state_entries: gauge!(m::STATE_ENTRIES, "partition" => part),
-        }
-    }
-}
 
 /// What the open transaction will have done once it commits, reported to metrics after step 4.
 #[derive(Debug, Default)]
@@ -70,10 +43,74 @@ impl BatchOutcome {
     }
 }
 
-impl Core {
+/// The member's reports, and what it has done since it started.
+pub(super) struct Telemetry {
+    batch: BatchOutcome,
+    /// `tidemark_record_lateness_seconds`, registered once: it is recorded on the per-record path.
+    lateness: Histogram,
+    last_state_gauges: Option<Instant>,
+    last_lag_update: Instant,
+    /// Panes and dead letters produced (into transactions that committed or not).
+    panes: u64,
+    dead_letters: u64,
+}
+
+impl Telemetry {
+    /// Registers the member's histogram; nothing reported yet.
+    pub(super) fn new() -> Telemetry {
+        Telemetry {
+            batch: BatchOutcome::default(),
+            lateness: histogram!(m::LATENESS),
+            last_state_gauges: None,
+            last_lag_update: Instant::now(),
+            panes: 0,
+            dead_letters: 0,
+        }
+    }
+
+    /// What the open transaction has done so far.
+    pub(super) fn batch(&mut self) -> &mut BatchOutcome {
+        &mut self.batch
+    }
+
+    /// Counts a pane of `timing` produced into the open transaction, fired by what was appended
+    /// at `fired_at`.
+    pub(super) fn pane(&mut self, timing: Timing, fired_at: i64) {
+        self.panes += 1;
+        self.batch.panes[timing as usize] += 1;
+        self.batch.fired_at.push(fired_at);
+    }
+
+    /// Counts a dead letter produced into the open transaction.
+    pub(super) fn dead_letter(&mut self, reason: &'static str) {
+        self.dead_letters += 1;
+        self.batch.dead_letters.push(reason);
+    }
+
+    /// Records how far behind the watermark a record arrived.
+    pub(super) fn lateness(&self, behind_ms: i64) {
+        self.lateness.record(behind_ms as f64 / 1000.0);
+    }
+
+    /// Forgets what the aborted transaction did.
+    pub(super) fn aborted(&mut self) {
+        self.batch = BatchOutcome::default();
+    }
+
+    /// Panes and dead letters produced since the start.
+    pub(super) fn produced(&self) -> (u64, u64) {
+        (self.panes, self.dead_letters)
+    }
+
     /// Reports a committed transaction to metrics: what it committed, how long the cycle took,
     /// and per-partition gauges.
-    pub(super) fn report_commit(&mut self, started: Instant) {
+    pub(super) fn report_commit(
+        &mut self,
+        started: Instant,
+        parts: &mut BTreeMap<i32, Part>,
+        sources: &mut BTreeMap<(u16, i32), Source>,
+        store: &StateStore,
+    ) {
         let now = wall_ms();
         histogram!(m::COMMIT_DURATION).record(started.elapsed().as_secs_f64());
         counter!(m::TRANSACTIONS, "outcome" => "committed").increment(1);
@@ -104,10 +141,10 @@ impl Core {
         for t in batch.fired_at {
             latency.record((now - t).max(0) as f64 / 1000.0);
         }
-        for src in self.sources.values_mut() {
+        for src in sources.values_mut() {
             src.records_in.increment(std::mem::take(&mut src.batch_in));
         }
-        for part in self.parts.values_mut() {
+        for part in parts.values_mut() {
             part.gauges
                 .records_in
                 .increment(std::mem::take(&mut part.batch_in));
@@ -117,38 +154,41 @@ impl Core {
                 .open_windows
                 .set(part.step.engine().pending_timers() as f64);
         }
-        self.refresh_state_gauges();
+        self.refresh_state_gauges(parts, store);
+    }
+
+    /// On an idle member, at most every second: the state figures and each partition's
+    /// watermark lag, kept current although nothing commits.
+    pub(super) fn refresh_idle(
+        &mut self,
+        parts: &BTreeMap<i32, Part>,
+        store: &StateStore,
+        now: i64,
+    ) {
+        if self.last_lag_update.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.refresh_state_gauges(parts, store);
+        self.last_lag_update = Instant::now();
+        for part in parts.values() {
+            part.gauges
+                .set_watermark(part.step.engine().watermark(), now);
+        }
     }
 
     /// RocksDB figures (entries per partition, live bytes), at most every 5 s: they are not free.
-    pub(super) fn refresh_state_gauges(&mut self) {
+    fn refresh_state_gauges(&mut self, parts: &BTreeMap<i32, Part>, store: &StateStore) {
         if self
             .last_state_gauges
             .is_some_and(|t| t.elapsed() < Duration::from_secs(5))
         {
             return;
         }
-        for part in self.parts.values() {
-            let entries = self.store.estimate_keys(&part.cf);
+        for part in parts.values() {
+            let entries = store.estimate_keys(&part.cf);
             part.gauges.state_entries.set(entries as f64);
         }
-        gauge!(m::STATE_SIZE).set(self.store.size_bytes() as f64);
+        gauge!(m::STATE_SIZE).set(store.size_bytes() as f64);
         self.last_state_gauges = Some(Instant::now());
     }
-}
-
-/// What a member did since it started, for its last log line.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Counters {
-    /// Transactions committed.
-    pub(super) committed: u64,
-    /// Transactions aborted.
-    pub(super) aborted: u64,
-    /// Transactions aborted since the last commit: repeated aborts back off
-    /// (`cycle::abort_pause`).
-    pub(super) aborts_in_a_row: u32,
-    /// Panes produced (into transactions that committed or not).
-    pub(super) panes: u64,
-    /// Dead letters produced (likewise).
-    pub(super) dead_letters: u64,
 }
