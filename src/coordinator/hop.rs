@@ -119,7 +119,14 @@ impl Core {
                     detail,
                     epoch: src.epoch,
                 };
-                self.dead_letter(msg.key(), msg.payload(), letter, reason.as_str())
+                self.output.dead_letter(
+                    &mut self.txn,
+                    &mut self.telemetry,
+                    msg.key(),
+                    msg.payload(),
+                    letter,
+                    reason.as_str(),
+                )
             }
         }
     }
@@ -323,7 +330,13 @@ impl Core {
                         // What fired them is the source's last record, or its going idle:
                         // latency counts from the record's append, or from the idle claim.
                         let fired_at = report.idle_at.unwrap_or(o.appended);
-                        self.send_panes(panes, epoch, fired_at)?;
+                        self.output.panes(
+                            &mut self.txn,
+                            &mut self.telemetry,
+                            panes,
+                            epoch,
+                            fired_at,
+                        )?;
                     }
                 }
                 decoded => {
@@ -356,7 +369,9 @@ impl Core {
             detail,
             epoch,
         };
-        self.dead_letter(
+        self.output.dead_letter(
+            &mut self.txn,
+            &mut self.telemetry,
             r.key.as_deref(),
             r.value.as_deref(),
             letter,
@@ -438,7 +453,13 @@ impl Core {
                 self.second_stage_dead_letter(source, &partial.key, &value, rej, epoch)?;
             }
         }
-        self.send_panes(panes, epoch, partial.origin.appended)
+        self.output.panes(
+            &mut self.txn,
+            &mut self.telemetry,
+            panes,
+            epoch,
+            partial.origin.appended,
+        )
     }
 
     /// Second stage: one event of repartition partition `p`, from input record `o`.
@@ -463,7 +484,8 @@ impl Core {
             let value = self.event_json(ev);
             self.second_stage_dead_letter(o, &ev.key, &value, rej, epoch)?;
         }
-        self.send_panes(panes, epoch, o.appended)
+        self.output
+            .panes(&mut self.txn, &mut self.telemetry, panes, epoch, o.appended)
     }
 
     /// Dead-letters input record `o` as the second stage rejected it: with its grouping key and
@@ -486,7 +508,9 @@ impl Core {
             detail: rej.detail,
             epoch,
         };
-        self.dead_letter(
+        self.output.dead_letter(
+            &mut self.txn,
+            &mut self.telemetry,
             Some(key.as_bytes()),
             Some(value.as_bytes()),
             letter,

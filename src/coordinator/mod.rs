@@ -16,6 +16,7 @@
 //! * `claims` — fencing from the log: each member claims its partitions in the claims topic, and
 //!   a member that finds a newer claim of one of its partitions aborts and rejoins;
 //! * `errors` — [`RunError`], and the classification of transactional errors;
+//! * `output` — panes and dead letters, encoded, into the open transaction;
 //! * `transaction` — the open transaction: its producer, its deliveries, and the transactional
 //!   calls the commit cycle's steps make;
 //! * `setup` — topics, decoder and encoder at startup; `telemetry` — metrics and reports;
@@ -71,7 +72,6 @@
 use crate::clients::consumer_config;
 use crate::config::{KafkaSpec, PipelineSpec};
 use crate::format::repartition as wire;
-use crate::format::Encoder;
 use crate::input::decode::Decoder;
 use crate::kafka::raw_log::CommittedReader;
 use crate::metrics::Health;
@@ -81,6 +81,7 @@ use crate::windowing::watermark::SourceWatermark;
 use catch_up::CatchUp;
 use cycle::settle;
 use errors::CycleError;
+use output::Output;
 use parts::{Part, Source};
 use rdkafka::consumer::Consumer;
 use rdkafka::Offset;
@@ -98,6 +99,7 @@ mod cycle;
 mod errors;
 mod hop;
 mod membership;
+mod output;
 mod parts;
 mod process;
 mod rebalance;
@@ -145,8 +147,8 @@ pub struct Core {
     /// The open transaction and its producer.
     txn: Transaction,
     decoder: Decoder,
-    /// Encoder of panes and dead letters (JSON or Avro).
-    encoder: Encoder,
+    /// Where panes and dead letters go (JSON or Avro).
+    output: Output,
     topology: Topology,
     /// The windowing partitions, by partition number.
     parts: BTreeMap<i32, Part>,
@@ -254,7 +256,7 @@ pub fn run(
     }
     let core = Arc::new(Mutex::new(Core {
         decoder,
-        encoder,
+        output: Output::new(encoder, &k),
         spec,
         k: k.clone(),
         store,

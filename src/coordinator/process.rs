@@ -1,80 +1,18 @@
 //! The per-record path of an input partitioned by the grouping key: each input record goes
 //! through the partition's [`Step`](crate::pipeline::Step) (the same step `simulate` runs); its
-//! panes and dead letters go into the open transaction. Also: producing panes and dead letters,
-//! the dispatch of records to the hop's stages, and the tick that lets processing time move.
+//! panes and dead letters go into the open transaction. Also: the dispatch of records to the
+//! hop's stages, and the tick that lets processing time move.
 
 use super::errors::CycleError;
 use super::sources::input_topic;
 use super::{Core, Topology};
 use crate::clock::wall_ms;
 use crate::format::dead_letter::DeadLetter;
-use crate::format::pane;
 use crate::input::{DecodeError, Meta};
 use crate::pipeline::{Decoded, Reason, Rejection};
-use crate::windowing::engine::Pane;
 use rdkafka::message::{BorrowedMessage, Message};
-use rdkafka::producer::BaseRecord;
 
 impl Core {
-    /// Produces panes of replay epoch `epoch` into the open transaction; `fired_at` is the append
-    /// time of what fired them (for the latency histogram).
-    pub(super) fn send_panes(
-        &mut self,
-        panes: Vec<Pane>,
-        epoch: u64,
-        fired_at: i64,
-    ) -> Result<(), CycleError> {
-        for p in panes {
-            let value = self
-                .encoder
-                .pane(&p, epoch)
-                .map_err(|e| CycleError::Fatal(e.to_string()))?;
-            let record = BaseRecord::with_opaque_to(&self.k.output_topic, 0usize)
-                .key(p.key.as_bytes())
-                .payload(value.as_slice())
-                .headers(pane::headers(&p, epoch));
-            self.txn.send(record)?;
-            self.telemetry.pane(p.timing, fired_at);
-            self.txn.touch();
-        }
-        Ok(())
-    }
-
-    /// Produces a dead letter into the open transaction: under JSON output the record keeps `key`
-    /// and `value` untouched; under Avro output its value is the envelope holding them.
-    pub(super) fn dead_letter(
-        &mut self,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-        letter: DeadLetter,
-        reason: &'static str,
-    ) -> Result<(), CycleError> {
-        let mut record =
-            BaseRecord::with_opaque_to(&self.k.dead_letter_topic, 0usize).headers(letter.headers());
-        if let Some(k) = key {
-            record = record.key(k);
-        }
-        let envelope = self
-            .encoder
-            .dead_letter(&letter, key, value)
-            .map_err(|e| CycleError::Fatal(e.to_string()))?;
-        match (&envelope, value) {
-            (Some(env), _) => record = record.payload(env.as_slice()),
-            (None, Some(v)) => record = record.payload(v),
-            (None, None) => {}
-        }
-        self.txn.send(record)?;
-        self.telemetry.dead_letter(reason);
-        tracing::debug!(
-            reason,
-            topic = letter.topic,
-            partition = letter.partition,
-            offset = letter.offset,
-            "dead letter"
-        );
-        Ok(())
-    }
-
     /// Processes one record the consumer handed over.
     pub(super) fn on_message(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), CycleError> {
         match self.topology {
@@ -150,9 +88,22 @@ impl Core {
         if let Some(r) = out.rejection {
             let reason = r.reason.as_str();
             let letter = dead_letter_of(r, msg.topic(), p, offset, epoch);
-            self.dead_letter(msg.key(), msg.payload(), letter, reason)?;
+            self.output.dead_letter(
+                &mut self.txn,
+                &mut self.telemetry,
+                msg.key(),
+                msg.payload(),
+                letter,
+                reason,
+            )?;
         }
-        self.send_panes(out.panes, epoch, appended)
+        self.output.panes(
+            &mut self.txn,
+            &mut self.telemetry,
+            out.panes,
+            epoch,
+            appended,
+        )
     }
 
     /// Lets processing time move idle watermarks and early firings when no record arrives.
@@ -194,7 +145,8 @@ impl Core {
         // An idle member commits nothing; keep its watermark lag and state figures current anyway.
         self.telemetry.refresh_idle(&self.parts, &self.store, now);
         for (panes, epoch) in fired {
-            self.send_panes(panes, epoch, now)?;
+            self.output
+                .panes(&mut self.txn, &mut self.telemetry, panes, epoch, now)?;
         }
         Ok(())
     }
