@@ -3,252 +3,245 @@
 use super::checker::Checker;
 use super::{KafkaSpec, OffsetReset, RawConfig, RawKafka};
 
-impl RawConfig {
-    pub(super) fn validate_kafka(&self, k: &RawKafka, c: &mut Checker) -> Option<KafkaSpec> {
-        let app = k
-            .application_id
-            .clone()
-            .unwrap_or_else(|| self.name.clone());
-        let topic_ok = |t: &str| {
-            !t.is_empty()
-                && t.len() <= 249
-                && t.chars()
-                    .all(|ch| ch.is_ascii_alphanumeric() || "._-".contains(ch))
-        };
-        let mut inputs: Vec<String> = match (&k.input_topic, &k.input_topics) {
-            (Some(t), None) => vec![t.clone()],
-            (None, Some(ts)) if !ts.is_empty() => ts.clone(),
-            (None, Some(_)) => {
-                c.fail("kafka.input_topics", "names no topic");
-                Vec::new()
-            }
-            (None, None) => {
-                c.fail("kafka", "needs input_topic or input_topics");
-                Vec::new()
-            }
-            (Some(_), Some(_)) => {
-                c.fail(
-                    "kafka.input_topics",
-                    "give input_topic (one topic) or input_topics (a list), not both",
-                );
-                Vec::new()
-            }
-        };
-        inputs.sort();
-        for pair in inputs.windows(2) {
-            if pair[0] == pair[1] {
-                c.fail(
-                    "kafka.input_topics",
-                    format!("{:?} is named twice", pair[0]),
-                );
-            }
+pub(super) fn validate_kafka(cfg: &RawConfig, k: &RawKafka, c: &mut Checker) -> Option<KafkaSpec> {
+    let app = k.application_id.clone().unwrap_or_else(|| cfg.name.clone());
+    let topic_ok = |t: &str| {
+        !t.is_empty()
+            && t.len() <= 249
+            && t.chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || "._-".contains(ch))
+    };
+    let mut inputs: Vec<String> = match (&k.input_topic, &k.input_topics) {
+        (Some(t), None) => vec![t.clone()],
+        (None, Some(ts)) if !ts.is_empty() => ts.clone(),
+        (None, Some(_)) => {
+            c.fail("kafka.input_topics", "names no topic");
+            Vec::new()
         }
-        inputs.dedup();
-        let input_field = if k.input_topics.is_some() {
-            "kafka.input_topics"
-        } else {
-            "kafka.input_topic"
-        };
-        let named = inputs.iter().map(|t| (input_field, Some(t))).chain([
-            ("kafka.output_topic", Some(&k.output_topic)),
-            ("kafka.dead_letter_topic", Some(&k.dead_letter_topic)),
-            ("kafka.changelog_topic", k.changelog_topic.as_ref()),
-            ("kafka.repartition_topic", k.repartition_topic.as_ref()),
-            ("kafka.offsets_topic", k.offsets_topic.as_ref()),
-        ]);
-        for (field, t) in named {
-            if let Some(t) = t {
-                if !topic_ok(t) {
-                    c.fail(
-                        field,
-                        format!("{t:?} is not a valid topic name (letters, digits, '.', '_', '-')"),
-                    );
-                }
-            }
+        (None, None) => {
+            c.fail("kafka", "needs input_topic or input_topics");
+            Vec::new()
         }
-        let repartition = k.repartition.unwrap_or(true);
-        if !repartition && inputs.len() > 1 {
+        (Some(_), Some(_)) => {
             c.fail(
-                "kafka.repartition",
-                "false needs a single input topic: several topics are grouped together through the repartition hop",
+                "kafka.input_topics",
+                "give input_topic (one topic) or input_topics (a list), not both",
             );
+            Vec::new()
         }
-        if !repartition && k.repartition_partitions.is_some() {
+    };
+    inputs.sort();
+    for pair in inputs.windows(2) {
+        if pair[0] == pair[1] {
             c.fail(
-                "kafka.repartition_partitions",
-                "applies with repartition = true only",
+                "kafka.input_topics",
+                format!("{:?} is named twice", pair[0]),
             );
         }
-        if !repartition && k.combine.is_some() {
-            c.fail("kafka.combine", "applies with repartition = true only");
-        }
-        if matches!(k.repartition_partitions, Some(n) if n < 1) {
-            c.fail("kafka.repartition_partitions", "must be at least 1");
-        }
-        if repartition && self.watermark.idle_timeout.is_none() {
-            c.warnings.push(
-                "kafka: with the repartition hop the watermark is the minimum over every input partition; one that gets no records holds every window back until it does (set watermark.idle_timeout to let idle partitions go)".to_string(),
-            );
-        }
-        if !topic_ok(&app) {
-            c.fail(
-                "kafka.application_id",
-                format!("{app:?} must be usable in topic names"),
-            );
-        }
-        if k.bootstrap_servers.trim().is_empty() {
-            c.fail("kafka.bootstrap_servers", "must not be empty");
-        }
-        let changelog = k
-            .changelog_topic
-            .clone()
-            .unwrap_or_else(|| format!("{app}-changelog"));
-        let repartition_topic = k
-            .repartition_topic
-            .clone()
-            .unwrap_or_else(|| format!("{app}-repartition"));
-        let offsets_topic = k
-            .offsets_topic
-            .clone()
-            .unwrap_or_else(|| format!("{app}-offsets"));
-        let claims_topic = format!("{app}-claims");
-        let mut distinct: Vec<&String> = inputs.iter().collect();
-        distinct.extend([
-            &k.output_topic,
-            &k.dead_letter_topic,
-            &changelog,
-            &claims_topic,
-        ]);
-        if repartition {
-            distinct.extend([&repartition_topic, &offsets_topic]);
-        }
-        for (i, a) in distinct.iter().enumerate() {
-            if distinct[..i].contains(a) {
-                c.fail("kafka", format!("topic {a:?} is used for two purposes"));
-            }
-        }
-        if matches!(k.output_partitions, Some(n) if n < 1) {
-            c.fail("kafka.output_partitions", "must be at least 1");
-        }
-        if k.max_batch_records == Some(0) {
-            c.fail("kafka.max_batch_records", "must be at least 1");
-        }
-        for reserved in [
-            "transactional.id",
-            "group.id",
-            "enable.auto.commit",
-            "isolation.level",
-            "bootstrap.servers",
-        ] {
-            if k.properties.contains_key(reserved) {
-                c.fail(
-                    &format!("kafka.properties.{reserved}"),
-                    "is set by tidemark (exactly-once needs its own value)",
-                );
-            }
-        }
-        if k.static_membership == Some(true) && k.instance_id.is_none() {
-            c.fail(
-                "kafka.static_membership",
-                "needs kafka.instance_id (the group.instance.id must be stable across restarts)",
-            );
-        }
-        match k.membership.as_deref() {
-            None | Some("group") => {}
-            Some("log") if k.static_membership == Some(true) => c.fail(
-                "kafka.static_membership",
-                "is a consumer-group setting: it cannot be used with membership = \"log\"",
-            ),
-            Some("log") => {}
-            Some(other) => c.fail(
-                "kafka.membership",
-                format!("{other:?} is not \"group\" or \"log\""),
-            ),
-        }
-        if let Some(strategy) = k.properties.get("partition.assignment.strategy") {
-            if let Err(e) = crate::kafka::assignor::protocol_of(strategy) {
-                c.fail(
-                    "kafka.properties.partition.assignment.strategy",
-                    format!("{strategy:?} {e}"),
-                );
-            }
-        }
-        if let Some(reset) = k.properties.get("auto.offset.reset") {
-            if OffsetReset::parse(reset).is_none() {
-                c.fail(
-                    "kafka.properties.auto.offset.reset",
-                    format!(
-                        "{reset:?}: use earliest, latest (or smallest, largest, beginning, end)"
-                    ),
-                );
-            }
-        }
-        let commit_interval = c.duration(
-            "kafka.commit_interval",
-            k.commit_interval.as_deref(),
-            100,
-            true,
-        );
-        let txn = c.duration(
-            "kafka.transaction_timeout",
-            k.transaction_timeout.as_deref(),
-            10_000,
-            true,
-        );
-        let skew = c.duration(
-            "kafka.max_future_skew",
-            k.max_future_skew.as_deref(),
-            3_600_000,
-            false,
-        );
-        let target_backlog = c.duration(
-            "kafka.target_backlog",
-            k.target_backlog.as_deref(),
-            60_000,
-            true,
-        );
-        let state_memory = c.size(
-            "kafka.state_memory",
-            k.state_memory.as_deref(),
-            crate::state::store::DEFAULT_MEMORY,
-            16 << 20,
-        );
-        let instance_id = k.instance_id.clone().unwrap_or_else(|| {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
-            format!("{}-{nanos:x}", std::process::id())
-        });
-        Some(KafkaSpec {
-            bootstrap_servers: k.bootstrap_servers.clone(),
-            static_membership: k.static_membership.unwrap_or(false),
-            log_membership: k.membership.as_deref() == Some("log"),
-            instance_id,
-            input_topics: inputs,
-            repartition,
-            combine: k.combine.unwrap_or(true),
-            repartition_topic,
-            repartition_partitions: k.repartition_partitions,
-            offsets_topic,
-            output_topic: k.output_topic.clone(),
-            dead_letter_topic: k.dead_letter_topic.clone(),
-            changelog_topic: changelog,
-            claims_topic,
-            output_partitions: k.output_partitions,
-            commit_interval: commit_interval?,
-            max_batch_records: k.max_batch_records.unwrap_or(10_000),
-            transaction_timeout: txn?,
-            max_future_skew: skew?,
-            state_dir: k
-                .state_dir
-                .clone()
-                .map(Into::into)
-                .unwrap_or_else(|| std::path::PathBuf::from("state").join(&app)),
-            target_backlog: target_backlog?,
-            state_memory: state_memory?,
-            properties: k.properties.clone(),
-            application_id: app,
-        })
     }
+    inputs.dedup();
+    let input_field = if k.input_topics.is_some() {
+        "kafka.input_topics"
+    } else {
+        "kafka.input_topic"
+    };
+    let named = inputs.iter().map(|t| (input_field, Some(t))).chain([
+        ("kafka.output_topic", Some(&k.output_topic)),
+        ("kafka.dead_letter_topic", Some(&k.dead_letter_topic)),
+        ("kafka.changelog_topic", k.changelog_topic.as_ref()),
+        ("kafka.repartition_topic", k.repartition_topic.as_ref()),
+        ("kafka.offsets_topic", k.offsets_topic.as_ref()),
+    ]);
+    for (field, t) in named {
+        if let Some(t) = t {
+            if !topic_ok(t) {
+                c.fail(
+                    field,
+                    format!("{t:?} is not a valid topic name (letters, digits, '.', '_', '-')"),
+                );
+            }
+        }
+    }
+    let repartition = k.repartition.unwrap_or(true);
+    if !repartition && inputs.len() > 1 {
+        c.fail(
+            "kafka.repartition",
+            "false needs a single input topic: several topics are grouped together through the repartition hop",
+        );
+    }
+    if !repartition && k.repartition_partitions.is_some() {
+        c.fail(
+            "kafka.repartition_partitions",
+            "applies with repartition = true only",
+        );
+    }
+    if !repartition && k.combine.is_some() {
+        c.fail("kafka.combine", "applies with repartition = true only");
+    }
+    if matches!(k.repartition_partitions, Some(n) if n < 1) {
+        c.fail("kafka.repartition_partitions", "must be at least 1");
+    }
+    if repartition && cfg.watermark.idle_timeout.is_none() {
+        c.warnings.push(
+            "kafka: with the repartition hop the watermark is the minimum over every input partition; one that gets no records holds every window back until it does (set watermark.idle_timeout to let idle partitions go)".to_string(),
+        );
+    }
+    if !topic_ok(&app) {
+        c.fail(
+            "kafka.application_id",
+            format!("{app:?} must be usable in topic names"),
+        );
+    }
+    if k.bootstrap_servers.trim().is_empty() {
+        c.fail("kafka.bootstrap_servers", "must not be empty");
+    }
+    let changelog = k
+        .changelog_topic
+        .clone()
+        .unwrap_or_else(|| format!("{app}-changelog"));
+    let repartition_topic = k
+        .repartition_topic
+        .clone()
+        .unwrap_or_else(|| format!("{app}-repartition"));
+    let offsets_topic = k
+        .offsets_topic
+        .clone()
+        .unwrap_or_else(|| format!("{app}-offsets"));
+    let claims_topic = format!("{app}-claims");
+    let mut distinct: Vec<&String> = inputs.iter().collect();
+    distinct.extend([
+        &k.output_topic,
+        &k.dead_letter_topic,
+        &changelog,
+        &claims_topic,
+    ]);
+    if repartition {
+        distinct.extend([&repartition_topic, &offsets_topic]);
+    }
+    for (i, a) in distinct.iter().enumerate() {
+        if distinct[..i].contains(a) {
+            c.fail("kafka", format!("topic {a:?} is used for two purposes"));
+        }
+    }
+    if matches!(k.output_partitions, Some(n) if n < 1) {
+        c.fail("kafka.output_partitions", "must be at least 1");
+    }
+    if k.max_batch_records == Some(0) {
+        c.fail("kafka.max_batch_records", "must be at least 1");
+    }
+    for reserved in [
+        "transactional.id",
+        "group.id",
+        "enable.auto.commit",
+        "isolation.level",
+        "bootstrap.servers",
+    ] {
+        if k.properties.contains_key(reserved) {
+            c.fail(
+                &format!("kafka.properties.{reserved}"),
+                "is set by tidemark (exactly-once needs its own value)",
+            );
+        }
+    }
+    if k.static_membership == Some(true) && k.instance_id.is_none() {
+        c.fail(
+            "kafka.static_membership",
+            "needs kafka.instance_id (the group.instance.id must be stable across restarts)",
+        );
+    }
+    match k.membership.as_deref() {
+        None | Some("group") => {}
+        Some("log") if k.static_membership == Some(true) => c.fail(
+            "kafka.static_membership",
+            "is a consumer-group setting: it cannot be used with membership = \"log\"",
+        ),
+        Some("log") => {}
+        Some(other) => c.fail(
+            "kafka.membership",
+            format!("{other:?} is not \"group\" or \"log\""),
+        ),
+    }
+    if let Some(strategy) = k.properties.get("partition.assignment.strategy") {
+        if let Err(e) = crate::kafka::assignor::protocol_of(strategy) {
+            c.fail(
+                "kafka.properties.partition.assignment.strategy",
+                format!("{strategy:?} {e}"),
+            );
+        }
+    }
+    if let Some(reset) = k.properties.get("auto.offset.reset") {
+        if OffsetReset::parse(reset).is_none() {
+            c.fail(
+                "kafka.properties.auto.offset.reset",
+                format!("{reset:?}: use earliest, latest (or smallest, largest, beginning, end)"),
+            );
+        }
+    }
+    let commit_interval = c.duration(
+        "kafka.commit_interval",
+        k.commit_interval.as_deref(),
+        100,
+        true,
+    );
+    let txn = c.duration(
+        "kafka.transaction_timeout",
+        k.transaction_timeout.as_deref(),
+        10_000,
+        true,
+    );
+    let skew = c.duration(
+        "kafka.max_future_skew",
+        k.max_future_skew.as_deref(),
+        3_600_000,
+        false,
+    );
+    let target_backlog = c.duration(
+        "kafka.target_backlog",
+        k.target_backlog.as_deref(),
+        60_000,
+        true,
+    );
+    let state_memory = c.size(
+        "kafka.state_memory",
+        k.state_memory.as_deref(),
+        crate::state::store::DEFAULT_MEMORY,
+        16 << 20,
+    );
+    let instance_id = k.instance_id.clone().unwrap_or_else(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        format!("{}-{nanos:x}", std::process::id())
+    });
+    Some(KafkaSpec {
+        bootstrap_servers: k.bootstrap_servers.clone(),
+        static_membership: k.static_membership.unwrap_or(false),
+        log_membership: k.membership.as_deref() == Some("log"),
+        instance_id,
+        input_topics: inputs,
+        repartition,
+        combine: k.combine.unwrap_or(true),
+        repartition_topic,
+        repartition_partitions: k.repartition_partitions,
+        offsets_topic,
+        output_topic: k.output_topic.clone(),
+        dead_letter_topic: k.dead_letter_topic.clone(),
+        changelog_topic: changelog,
+        claims_topic,
+        output_partitions: k.output_partitions,
+        commit_interval: commit_interval?,
+        max_batch_records: k.max_batch_records.unwrap_or(10_000),
+        transaction_timeout: txn?,
+        max_future_skew: skew?,
+        state_dir: k
+            .state_dir
+            .clone()
+            .map(Into::into)
+            .unwrap_or_else(|| std::path::PathBuf::from("state").join(&app)),
+        target_backlog: target_backlog?,
+        state_memory: state_memory?,
+        properties: k.properties.clone(),
+        application_id: app,
+    })
 }

@@ -22,22 +22,27 @@ impl RawConfig {
         if self.name.trim().is_empty() {
             c.fail("name", "must not be empty");
         }
-        let window = self.validate_window(&mut c);
-        let timing = self.validate_timing(&mut c);
-        let (aggregations, fields) = self.validate_aggregations(&mut c);
-        self.validate_trigger_for_window(window, timing.as_ref(), &mut c);
-        let kafka = self.kafka.as_ref().map(|k| self.validate_kafka(k, &mut c));
-        let input = self.validate_input(&fields, &mut c);
-        let avro_input = self.validate_avro_input(input.as_ref(), &mut c);
-        let output_format = self.validate_output(&mut c);
-        let schema_registry = self.validate_registry(&mut c);
-        let metrics_address = self.validate_metrics(&mut c);
-        let sink_sections = self.validate_sinks(sinks, &mut c);
+        let window = super::engine::validate_window(self, &mut c);
+        let timing = super::engine::validate_timing(self, &mut c);
+        let (aggregations, fields) = super::engine::validate_aggregations(self, &mut c);
+        super::engine::validate_trigger_for_window(self, window, timing.as_ref(), &mut c);
+        let kafka = self
+            .kafka
+            .as_ref()
+            .map(|k| super::kafka::validate_kafka(self, k, &mut c));
+        let input = super::input::validate_input(self, &fields, &mut c);
+        let avro_input = super::io::validate_avro_input(self, input.as_ref(), &mut c);
+        let output_format = super::io::validate_output(self, &mut c);
+        let schema_registry = super::io::validate_registry(self, &mut c);
+        let metrics_address = super::io::validate_metrics(self, &mut c);
+        let sink_sections = super::sink::validate_sinks(self, sinks, &mut c);
         // The key's columns in a table of panes; a name that collides with another column is a
         // violation only when a sink writes such a table.
         let key_columns = match input.as_ref() {
-            Some(input) if !sink_sections.is_empty() => self.key_columns(input, &mut c),
-            Some(input) => self.key_columns(input, &mut Checker::default()),
+            Some(input) if !sink_sections.is_empty() => {
+                super::input::key_columns(self, input, &mut c)
+            }
+            Some(input) => super::input::key_columns(self, input, &mut Checker::default()),
             None => Vec::new(),
         };
         if !c.violations.is_empty() {
