@@ -55,7 +55,6 @@ impl Output {
 
     /// Produces a dead letter into the open transaction `txn`: under JSON output the record keeps
     /// `key` and `value` untouched; under Avro output its value is the envelope holding them.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn dead_letter(
         &self,
         txn: &mut Transaction,
