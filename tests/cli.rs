@@ -124,6 +124,18 @@ fn simulate_reports_a_missing_input_file() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/events.jsonl"));
 }
 
+#[test]
+fn an_unknown_sink_is_a_usage_error_naming_the_sinks() {
+    let out = tidemark()
+        .args(["sink", "nope", "--config"])
+        .arg(root().join("examples/clicks/pipeline.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nope") && err.contains("postgres"), "{err}");
+}
+
 /// `simulate --input A --input B`: two watermark sources read in turns; the watermark is the
 /// minimum over them, so a record that is on time for its own input is not late because the
 /// other input ran ahead. Read as one input, the same record is late.

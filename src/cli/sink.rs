@@ -10,7 +10,9 @@ use std::sync::Arc;
 /// Carry the pipeline's committed panes (and dead letters) into another system, exactly once.
 #[derive(Debug, Args)]
 pub struct Sink {
-    /// Which sink: `postgres`.
+    /// Which sink: `postgres`. Another name is a usage error (exit status 2), as clap reports
+    /// any invalid argument.
+    #[arg(value_parser = sink_names())]
     name: String,
     #[command(flatten)]
     args: SinkArgs,
@@ -25,6 +27,11 @@ pub struct SinkArgs {
     /// Serve /metrics, /healthz and /readyz here (host:port).
     #[arg(long)]
     metrics_address: Option<std::net::SocketAddr>,
+}
+
+/// The registered sinks' names, the values `NAME` may take.
+fn sink_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(crate::sink::SINKS.iter().map(|s| s.section.name()))
 }
 
 impl Sink {
