@@ -218,17 +218,18 @@ fn simulate_and_run_share_one_record_step() {
     }
     // The hop's two stages run the same halves of the step: the source's front, the partition's
     // back, never the engine directly.
-    let hop = code_of(&src().join("coordinator/hop.rs"));
+    let first = code_of(&src().join("coordinator/first_stage.rs"));
+    let second = code_of(&src().join("coordinator/second_stage.rs"));
     assert!(
-        hop.contains(".check("),
+        first.contains(".check("),
         "the first stage does not use Front::check"
     );
     assert!(
-        hop.contains("back.process("),
+        second.contains("back.process("),
         "the second stage does not use Back::process"
     );
     assert!(
-        !hop.contains("engine_mut()"),
+        !first.contains("engine_mut()") && !second.contains("engine_mut()"),
         "the hop reaches into the engine"
     );
     // The coordinator's main file is no longer one file of everything.
@@ -544,8 +545,6 @@ fn folder_graph(dir: &Path) -> Graph {
 
 #[test]
 fn files_of_a_folder_import_each_other_without_circles() {
-    // (The coordinator's children still share one struct, `Core`, declared in its `mod.rs`:
-    // splitting it into parts that own their state is open work.)
     let skip: [&str; 0] = [];
     let mut folders = Vec::new();
     let mut stack = vec![src()];
@@ -612,16 +611,6 @@ fn a_types_inherent_impl_lives_in_one_file() {
         Some("Emit")
     );
     assert_eq!(inherent_impl("impl fmt::Display for Datum<'_> {"), None);
-    // The coordinator's member still spreads its own operations over these files; its parts
-    // (transaction, telemetry, claims, output) own their state. Folding the rest
-    // into parts is open work, and this list may only shrink.
-    let open: BTreeSet<&str> = [
-        "coordinator/cycle.rs",
-        "coordinator/hop.rs",
-        "coordinator/process.rs",
-        "coordinator/rebalance.rs",
-    ]
-    .into();
     let mut files = Vec::new();
     rust_files(&src(), &mut files);
     let mut impls: BTreeMap<String, BTreeSet<PathBuf>> = BTreeMap::new();
@@ -640,19 +629,30 @@ fn a_types_inherent_impl_lives_in_one_file() {
         // Types of one name in several modules are several types, each at home where declared.
         for f in homes {
             let rel = f.strip_prefix(src()).unwrap().display().to_string();
-            let allowed = name == "Core" && open.contains(rel.as_str());
-            if !allowed && !declares(&code_of(f), name) {
+            if !declares(&code_of(f), name) {
                 spread.push(format!("{name} in {rel}"));
             }
         }
     }
     assert!(spread.is_empty(), "impls away from their type: {spread:?}");
-    let core: BTreeSet<String> = impls["Core"]
-        .iter()
-        .map(|f| f.strip_prefix(src()).unwrap().display().to_string())
-        .collect();
+}
+
+#[test]
+fn the_coordinators_parts_do_not_know_the_member() {
+    // The member (`Core`) lends its parts to the rooms that do the work; the rooms get what they
+    // need as arguments and never see the member. Only the member's own file, the loop, and
+    // the two that drive the member from outside (the consumer context and the membership)
+    // name it.
+    let drivers = ["member.rs", "mod.rs", "rebalance.rs", "membership.rs"];
+    let mut knowing = Vec::new();
+    for (f, code) in files_under("coordinator") {
+        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        if code.contains("Core") && !drivers.contains(&name.as_str()) {
+            knowing.push(name);
+        }
+    }
     assert!(
-        core.iter().all(|f| open.contains(f.as_str())),
-        "Core's impl spread further: {core:?}"
+        knowing.is_empty(),
+        "parts that name the member: {knowing:?}"
     );
 }

@@ -6,6 +6,8 @@
 //! with the connection they are made on; the coordinator says which partitions are quiet enough
 //! to need one.
 
+use super::parts::{Part, Source};
+use super::settings::{Settings, Topology};
 use crate::kafka::raw_log::Peeker;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -47,7 +49,7 @@ impl CatchUp {
 
     /// Whether partition `p` of `topic`, at `position`, needs a look: it was never looked at,
     /// was looked at from another position, or not for [`LOOK_EVERY`].
-    pub(super) fn due(&self, topic: &str, p: i32, position: i64) -> bool {
+    fn due(&self, topic: &str, p: i32, position: i64) -> bool {
         self.looks
             .get(&(topic.to_string(), p))
             .is_none_or(|l| l.position != position || l.at.elapsed() >= LOOK_EVERY)
@@ -61,9 +63,47 @@ impl CatchUp {
             .is_some_and(|l| l.caught_up && l.position == position && l.at.elapsed() < VALID_FOR)
     }
 
+    /// Looks at the raw log of every input partition that would be idle if it were caught up
+    /// (silent for the idle timeout) and whose look is due ([`CatchUp::due`]): does a data
+    /// record lie after its position? Only then can it count as idle.
+    pub(super) fn refresh(
+        &mut self,
+        s: &Settings,
+        parts: &BTreeMap<i32, Part>,
+        sources: &BTreeMap<(u16, i32), Source>,
+        now: i64,
+    ) {
+        let mut wanted: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
+        if s.topology == Topology::Direct {
+            let topic = &s.k.input_topics[0];
+            for (&p, part) in parts {
+                let quiet = part
+                    .step
+                    .fronts()
+                    .iter()
+                    .any(|(_, f)| f.report(now, true).idle_at.is_some());
+                let position = part.position();
+                if quiet && self.due(topic, p, position) {
+                    wanted.entry(topic.clone()).or_default().push((p, position));
+                }
+            }
+        }
+        for (&(t, p), src) in sources {
+            let topic = s.input_topic(t);
+            let position = src.position();
+            if src.front.report(now, true).idle_at.is_some() && self.due(topic, p, position) {
+                wanted
+                    .entry(topic.to_string())
+                    .or_default()
+                    .push((p, position));
+            }
+        }
+        self.look(wanted);
+    }
+
     /// Looks at the raw log of each `(partition, position)` of each topic in `wanted`. A look
     /// that fails is logged and leaves what was known; the connection is opened again next time.
-    pub(super) fn look(&mut self, wanted: BTreeMap<String, Vec<(i32, i64)>>) {
+    fn look(&mut self, wanted: BTreeMap<String, Vec<(i32, i64)>>) {
         if wanted.is_empty() {
             return;
         }

@@ -2,38 +2,50 @@
 //! [`crate::coordinator`]), and the abort that rewinds to the last commit. Only this file makes
 //! offsets, output and state durable.
 
+use super::catch_up::CatchUp;
+use super::claims::Claims;
 use super::errors::{CycleError, RunError};
-use super::sources::input_topic;
-use super::{Core, Topology};
-use crate::kafka::roster::TopicPartition;
-use crate::metrics as m;
+use super::first_stage::{self, FirstStage};
+use super::output::{Out, Output};
+use super::parts::{Part, Source};
+use super::second_stage::SecondStage;
+use super::settings::{Settings, Topology};
+use super::telemetry::Telemetry;
+use super::transaction::Transaction;
 use crate::pipeline::Step;
 use crate::state::changelog::{marker_headers, OFFSET_MARKER_KEY, STAMP_HEADER};
+use crate::state::store::StateStore;
 use crate::state::store::StoredOffsets;
 use crate::windowing::changes::Changes;
-use metrics::counter;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 use rdkafka::{Offset, TopicPartitionList};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::time::Instant;
 
-impl Core {
-    /// Whether the open transaction should commit now: it holds work, and the batch is full or
-    /// (when `look_at_clock`) the commit interval has passed.
-    pub(super) fn due(&self, look_at_clock: bool) -> bool {
-        self.txn.due(
-            self.k.max_batch_records,
-            Duration::from_millis(self.k.commit_interval as u64),
-            look_at_clock,
-        )
-    }
+/// What the commit cycle and the abort work on: the member's partitions and sources, the open
+/// transaction and what writes into it, the claims, and the hop's two stages. The member lends
+/// them for one cycle or one abort.
+pub(super) struct Cycle<'a> {
+    pub(super) s: &'a Settings,
+    pub(super) store: &'a StateStore,
+    pub(super) txn: &'a mut Transaction,
+    pub(super) telemetry: &'a mut Telemetry,
+    pub(super) output: &'a Output,
+    pub(super) claims: &'a mut Claims,
+    pub(super) parts: &'a mut BTreeMap<i32, Part>,
+    pub(super) sources: &'a mut BTreeMap<(u16, i32), Source>,
+    pub(super) catch_up: &'a mut CatchUp,
+    pub(super) first: Option<&'a mut FirstStage>,
+    pub(super) second: Option<&'a mut SecondStage>,
+}
 
-    /// The commit cycle: the only place where offsets, output and state become durable. It is
-    /// private to this file; the rest of the coordinator calls [`Core::commit`], which also
-    /// handles its failure.
-    fn commit_cycle<C: ConsumerContext>(
-        &mut self,
+impl Cycle<'_> {
+    /// The commit cycle: the only place where offsets, output and state become durable. On an
+    /// error the transaction is left open for the member to abort ([`Cycle::abort`]).
+    pub(super) fn run<C: ConsumerContext>(
+        mut self,
         consumer: &BaseConsumer<C>,
     ) -> Result<(), CycleError> {
         let started = Instant::now();
@@ -45,15 +57,30 @@ impl Core {
         self.step6_write_local_state(changes)?;
         self.step7_begin()?;
         self.telemetry
-            .report_commit(started, &mut self.parts, &mut self.sources, &self.store);
-        self.purge_repartition();
+            .report_commit(started, self.parts, self.sources, self.store);
+        if let Some(second) = self.second.as_mut() {
+            second.purge(self.s, self.parts);
+        }
         Ok(())
     }
 
     /// Step 1: the first stage's watermark reports and offset markers; then every changed state
     /// entry of every partition, and an offset marker per consumed partition, into the changelog.
     fn step1_produce_markers_and_changelog(&mut self) -> Result<Vec<(i32, Changes)>, CycleError> {
-        self.produce_source_markers()?;
+        self.catch_up
+            .refresh(self.s, self.parts, self.sources, crate::clock::wall_ms());
+        let mut out = Out {
+            txn: &mut *self.txn,
+            telemetry: &mut *self.telemetry,
+            output: self.output,
+        };
+        first_stage::write_at_commit(
+            self.first.as_deref_mut(),
+            self.s,
+            self.sources,
+            self.catch_up,
+            &mut out,
+        )?;
         let mut all = Vec::new();
         let parts: Vec<i32> = self.parts.keys().copied().collect();
         for p in parts {
@@ -73,7 +100,7 @@ impl Core {
             }
             let stamp = next.to_string();
             let epoch = part.epoch;
-            let topic = self.k.changelog_topic.as_str();
+            let topic = self.s.k.changelog_topic.as_str();
             for (key, value) in changes.iter() {
                 self.txn
                     .send(changelog_record(topic, p, &stamp, key, value))?;
@@ -81,7 +108,7 @@ impl Core {
             // The offset marker: the log's own record that this transaction commits `next`,
             // with the epoch and the fingerprint of the definition that wrote the state.
             if consumed {
-                let headers = marker_headers(Some(next), epoch, &self.fingerprint);
+                let headers = marker_headers(Some(next), epoch, &self.s.fingerprint);
                 let marker = BaseRecord::with_opaque_to(topic, 1 + p as usize)
                     .partition(p)
                     .key(OFFSET_MARKER_KEY)
@@ -116,8 +143,8 @@ impl Core {
     ) -> Result<(), CycleError> {
         let mut tpl = TopicPartitionList::new();
         let fatal = |e: rdkafka::error::KafkaError| CycleError::Fatal(e.to_string());
-        let parts_topic = self.parts_topic();
-        for (&p, part) in &self.parts {
+        let parts_topic = self.s.parts_topic();
+        for (&p, part) in self.parts.iter() {
             if let Some(next) = part
                 .next_offset
                 .filter(|n| part.committed_offset != Some(*n))
@@ -126,9 +153,9 @@ impl Core {
                     .map_err(fatal)?;
             }
         }
-        for (&(t, p), src) in &self.sources {
+        for (&(t, p), src) in self.sources.iter() {
             if let Some(next) = src.next_offset.filter(|n| src.committed_offset != Some(*n)) {
-                tpl.add_partition_offset(input_topic(&self.k, t), p, Offset::Offset(next))
+                tpl.add_partition_offset(self.s.input_topic(t), p, Offset::Offset(next))
                     .map_err(fatal)?;
             }
         }
@@ -178,27 +205,29 @@ impl Core {
 
     /// Aborts the open transaction and rewinds every partition and source to its committed state
     /// and offset.
-    pub(super) fn abort_and_rewind<C: ConsumerContext>(
-        &mut self,
+    pub(super) fn abort<C: ConsumerContext>(
+        mut self,
         consumer: &BaseConsumer<C>,
         why: &str,
     ) -> Result<(), RunError> {
         // Never aborts after fencing or another fatal error: stops instead.
         self.txn.abort(why)?;
-        let timeout = Duration::from_millis(self.k.transaction_timeout as u64);
+        let timeout = self.s.transaction_timeout();
         self.telemetry.aborted();
-        self.clear_packs();
-        let hop = matches!(self.topology, Topology::Hop { .. });
+        if let Some(first) = self.first.as_mut() {
+            first.clear();
+        }
+        let hop = matches!(self.s.topology, Topology::Hop { .. });
         let parts: Vec<i32> = self.parts.keys().copied().collect();
         for p in parts {
             let part = self.parts.get_mut(&p).expect("listed");
             // Reopening drops the uncommitted cache: RocksDB holds exactly the committed state.
             part.step = if hop {
-                Step::open_back(&self.spec.engine, &self.store, p, &self.source_names)
+                Step::open_back(&self.s.spec.engine, self.store, p, &self.s.source_names)
             } else {
                 Step::reopen(
-                    &self.spec.engine,
-                    &self.store,
+                    &self.s.spec.engine,
+                    self.store,
                     p,
                     part.committed_fronts.clone(),
                 )
@@ -209,8 +238,8 @@ impl Core {
             if hop {
                 // The repartition topic is read again from the committed offset.
                 let from = part.committed_offset.unwrap_or(0);
-                if let Some(t) = self.hop_reader.as_mut() {
-                    t.follow(p, from);
+                if let Some(second) = self.second.as_mut() {
+                    second.follow(p, from);
                 }
                 continue;
             }
@@ -225,12 +254,12 @@ impl Core {
                 "rewound to the committed offset"
             );
             consumer
-                .seek(&self.k.input_topics[0], p, Offset::Offset(to), timeout)
+                .seek(&self.s.k.input_topics[0], p, Offset::Offset(to), timeout)
                 .map_err(|e| RunError::Fatal(format!("seek partition {p}: {e}")))?;
         }
         let keys: Vec<(u16, i32)> = self.sources.keys().copied().collect();
         for key in keys {
-            let topic = input_topic(&self.k, key.0).to_string();
+            let topic = self.s.input_topic(key.0).to_string();
             let src = self.sources.get_mut(&key).expect("listed");
             src.front = src.committed_front.clone();
             src.next_offset = src.committed_offset;
@@ -256,48 +285,6 @@ impl Core {
         }
         self.txn.begin_after_abort()
     }
-
-    /// Runs the commit cycle and handles its failure as the module docs say.
-    pub(super) fn commit<C: ConsumerContext>(
-        &mut self,
-        consumer: &BaseConsumer<C>,
-    ) -> Result<(), RunError> {
-        match self.commit_cycle(consumer) {
-            Ok(()) => Ok(()),
-            Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
-            Err(CycleError::Abortable(m)) => {
-                self.abort_and_rewind(consumer, &m)?;
-                self.txn.back_off();
-                Ok(())
-            }
-            Err(CycleError::Superseded(lost)) => self.give_up(consumer, lost),
-        }
-    }
-
-    /// After [`CycleError::Superseded`]: aborts the transaction, drops the partitions another
-    /// member claimed (records the consumer still hands over for them are ignored) and asks the
-    /// loop to leave the group and join it again, since the consumer's own view of its
-    /// assignment is stale.
-    pub(super) fn give_up<C: ConsumerContext>(
-        &mut self,
-        consumer: &BaseConsumer<C>,
-        lost: Vec<TopicPartition>,
-    ) -> Result<(), RunError> {
-        tracing::error!(
-            partitions = ?lost,
-            "another member has claimed partitions this member holds: the group moved them \
-             without telling this member. Aborting the transaction, dropping them and joining \
-             the group again"
-        );
-        counter!(m::PARTITIONS_SUPERSEDED).increment(lost.len() as u64);
-        self.abort_and_rewind(consumer, "partitions claimed by another member")?;
-        for part in &lost {
-            self.drop_partition(&part.0, part.1);
-        }
-        self.set_owned();
-        self.claims.note_superseded();
-        Ok(())
-    }
 }
 
 /// A changelog record for partition `p`, stamped with the input offset its transaction commits;
@@ -320,23 +307,5 @@ fn changelog_record<'a>(
     match value {
         Some(v) => record.payload(v),
         None => record,
-    }
-}
-
-/// After a step of the loop: commits when due, aborts and rewinds after an abortable error, and
-/// says when the loop must stop. The commit interval is looked at only when `look_at_clock` (the
-/// loop reads the clock every few records, not after each one).
-pub(super) fn settle<C: ConsumerContext>(
-    c: &mut Core,
-    consumer: &BaseConsumer<C>,
-    step: Result<(), CycleError>,
-    look_at_clock: bool,
-) -> Result<(), RunError> {
-    match step {
-        Ok(()) if c.due(look_at_clock) => c.commit(consumer),
-        Ok(()) => Ok(()),
-        Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
-        Err(CycleError::Abortable(m)) => c.abort_and_rewind(consumer, &m),
-        Err(CycleError::Superseded(lost)) => c.give_up(consumer, lost),
     }
 }

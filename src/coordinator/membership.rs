@@ -17,10 +17,10 @@
 //! member share one fencing.
 
 use super::errors::{CycleError, RunError};
+use super::member::Core;
 use super::rebalance::{self, RebalanceContext, Rejoin, Why};
 use super::scaling::Idle;
 use super::watchdog::{Held, Watchdog};
-use super::Core;
 use crate::config::KafkaSpec;
 use crate::kafka::assignor::{self, Protocol};
 use crate::kafka::members::Roster;
@@ -90,7 +90,8 @@ impl Membership {
     ) -> Result<Membership, RunError> {
         let mut settings = settings;
         let mut protocol = protocol_of(&settings)?;
-        if protocol == Protocol::Cooperative && core.lock().expect("lock").claims.group_is_eager() {
+        if protocol == Protocol::Cooperative && core.lock().expect("lock").claims().group_is_eager()
+        {
             tracing::warn!(
                 assignor = assignor::EAGER_FALLBACK,
                 "the claims topic says this group gave up the cooperative rebalance protocol \
@@ -99,7 +100,7 @@ impl Membership {
             settings.set("partition.assignment.strategy", assignor::EAGER_FALLBACK);
             protocol = Protocol::Eager;
         }
-        let moved = !k.log_membership && core.lock().expect("lock").claims.group_uses_log();
+        let moved = !k.log_membership && core.lock().expect("lock").claims().group_uses_log();
         if moved {
             tracing::warn!(
                 "the claims topic says this group moved to membership from the log (its \
@@ -162,7 +163,7 @@ impl Membership {
             // Membership from the log: partitions claimed by another member were dropped
             // already, and the next look follows the claim.
             let mut core = self.core.lock().expect("lock");
-            core.claims.take_superseded();
+            core.claims().take_superseded();
             return match roster.tick() {
                 Some(want) => core.follow(&self.consumer, &want),
                 None => Ok(()),
@@ -170,9 +171,13 @@ impl Membership {
         }
         if self.last_look.elapsed() >= LOOK_AT_CLAIMS_EVERY {
             self.last_look = Instant::now();
-            self.core.lock().expect("lock").claims.look_between_cycles();
+            self.core
+                .lock()
+                .expect("lock")
+                .claims()
+                .look_between_cycles();
         }
-        if self.core.lock().expect("lock").claims.group_uses_log() {
+        if self.core.lock().expect("lock").claims().group_uses_log() {
             return self.move_to_log("group");
         }
         if let Some(reason) = self.fallback_reason() {
@@ -191,7 +196,7 @@ impl Membership {
             }
             self.rejoin(Why::Wedged { bound_ms })?;
         }
-        let superseded = self.core.lock().expect("lock").claims.take_superseded();
+        let superseded = self.core.lock().expect("lock").claims().take_superseded();
         if superseded {
             self.rejoin(Why::Superseded)?;
         }
@@ -205,12 +210,12 @@ impl Membership {
         if self.protocol != Protocol::Cooperative || self.pinned {
             return None;
         }
-        let core = self.core.lock().expect("lock");
-        if core.claims.group_is_eager() {
+        let mut core = self.core.lock().expect("lock");
+        if core.claims().group_is_eager() {
             Some("group")
         } else if self.consumer.context().stalled.load(Ordering::Relaxed) {
             Some("stalled")
-        } else if core.claims.superseded() {
+        } else if core.claims().superseded() {
             Some("superseded")
         } else {
             None
@@ -227,13 +232,12 @@ impl Membership {
         announce: fn(&mut Core) -> Result<(), CycleError>,
     ) -> Result<(), RunError> {
         let mut c = self.core.lock().expect("lock");
-        c.health.set_ready(false);
-        c.claims.take_superseded();
+        c.set_ready(false);
+        c.claims().take_superseded();
         if let Err(e) = announce(&mut c) {
             c.abort_and_rewind(&self.consumer, &format!("announcing {what}: {e:?}"))?;
         }
-        c.txn.touch();
-        c.commit(&self.consumer)?;
+        c.commit_now(&self.consumer)?;
         Ok(())
     }
 
@@ -250,9 +254,7 @@ impl Membership {
              cooperative protocol and joins again with the eager one"
         );
         counter!(m::ASSIGNOR_FALLBACKS, "reason" => reason).increment(1);
-        self.announce_and_commit("the fallback", |c| {
-            c.claims.announce_eager(&c.txn, &c.k.claims_topic)
-        })?;
+        self.announce_and_commit("the fallback", Core::announce_eager)?;
         let cooperative = self
             .settings
             .get("partition.assignment.strategy")
@@ -276,9 +278,7 @@ impl Membership {
              membership from the log, and this member leaves the consumer group"
         );
         counter!(m::MEMBERSHIP_MOVES, "reason" => reason).increment(1);
-        self.announce_and_commit("the move", |c| {
-            c.claims.announce_log_membership(&c.txn, &c.k.claims_topic)
-        })?;
+        self.announce_and_commit("the move", Core::announce_log_membership)?;
         self.watchdog = None;
         self.consumer.unsubscribe();
         let (consumer, idle) =
@@ -325,7 +325,7 @@ impl Membership {
              group had): back to the cooperative one for the rest of this process"
         );
         self.pinned = true;
-        self.core.lock().expect("lock").health.set_ready(false);
+        self.core.lock().expect("lock").set_ready(false);
         self.resubscribe(&cooperative, Protocol::Cooperative)
     }
 
@@ -377,10 +377,8 @@ impl Membership {
         if result.is_ok() {
             tracing::info!("shutting down: committing the open transaction");
             let mut c = self.core.lock().expect("lock");
-            c.txn.touch();
-            result = c.commit(&self.consumer);
-            let (committed, aborted) = c.txn.outcomes();
-            let (panes, dead_letters) = c.telemetry.produced();
+            result = c.commit_now(&self.consumer);
+            let (committed, aborted, panes, dead_letters) = c.outcomes();
             drop(c);
             tracing::info!(committed, aborted, panes, dead_letters, "stopped");
         }
@@ -399,7 +397,7 @@ fn start_roster(
     consumer: &BaseConsumer<RebalanceContext>,
     topics: &[String],
 ) -> Result<Roster, RunError> {
-    let token = core.lock().expect("lock").claims.token();
+    let token = core.lock().expect("lock").claims().token();
     let parts = crate::kafka::admin::partitions_of(consumer, topics).map_err(RunError::Startup)?;
     super::roster::start(k, token, parts)
 }

@@ -1,16 +1,24 @@
 //! The coordinator: `tidemark run`'s loop and the commit cycle.
 //!
 //! Its rooms:
-//! * this file — the member's state ([`Core`]) and the loop;
-//! * `process` — the per-record paths: an input record of a pipeline whose input is partitioned
-//!   by the grouping key goes through its partition's [`crate::pipeline::Step`], the same step
-//!   `simulate` runs; panes and dead letters go straight into the open transaction;
-//! * `hop` — the repartition hop: the first stage checks each input record with its source's
-//!   [`crate::pipeline::Front`] and writes the event to the repartition topic; the second stage
-//!   reads that topic's raw log and passes events and watermark reports to each repartition
-//!   partition's [`crate::pipeline::Back`];
+//! * this file — the loop;
+//! * `member` — the member ([`member::Core`]): its parts, and the operations the loop, the
+//!   rebalance callbacks and the membership drive; each lends the parts it needs to a room
+//!   below, and no room below sees the member;
+//! * `settings` — what the member runs with and never changes (pipeline, `[kafka]`, topology);
+//! * `parts` — a windowing partition (`Part`) and an input partition of the first stage
+//!   (`Source`), with their positions;
+//! * `process` — the record path of an input partitioned by the grouping key: each record goes
+//!   through its partition's [`crate::pipeline::Step`], the same step `simulate` runs; the tick;
+//! * `first_stage` — the hop's first stage: each input record checked by its source's
+//!   [`crate::pipeline::Front`], folded into a partial or packed for the repartition topic; the
+//!   sources' reports and offset markers at commit;
+//! * `second_stage` — the hop's second stage: the repartition topic's raw log, read into each
+//!   repartition partition's [`crate::pipeline::Back`];
 //! * `cycle` — the commit cycle, one helper per numbered step below, and the abort;
-//! * `rebalance` — the consumer context: restore on assignment, commit or abort on revocation;
+//! * `restore` — what newly assigned partitions resume from, read from the log;
+//! * `rebalance` — the consumer context (restore on assignment, commit or abort on revocation)
+//!   and the rejoin;
 //! * `sources` — the first stage's committed input offsets, read from the offset markers in the
 //!   offsets topic;
 //! * `claims` — fencing from the log: each member claims its partitions in the claims topic, and
@@ -34,7 +42,7 @@
 //! to its changelog partition. `run --passthrough` copies input records to the output topic
 //! through the same cycle, with sources only.
 //!
-//! Every `commit_interval`, or after `max_batch_records` records, `Core::commit_cycle` makes the
+//! Every `commit_interval`, or after `max_batch_records` records, `Cycle::run` makes the
 //! batch durable in **one** transaction. **It is the only place where offsets, output and state
 //! become durable**:
 //!
@@ -70,41 +78,36 @@
 //! since another member may already own the partitions.
 
 use crate::clients::consumer_config;
-use crate::config::{KafkaSpec, PipelineSpec};
-use crate::format::repartition as wire;
-use crate::input::decode::Decoder;
-use crate::kafka::raw_log::CommittedReader;
+use crate::config::PipelineSpec;
 use crate::metrics::Health;
-use crate::state::store::StateStore;
-use crate::windowing::spec::Event;
-use crate::windowing::watermark::SourceWatermark;
-use catch_up::CatchUp;
-use cycle::settle;
 use errors::CycleError;
+use member::Core;
 use output::Output;
-use parts::{Part, Source};
 use rdkafka::consumer::Consumer;
-use rdkafka::Offset;
+use second_stage::SecondStage;
+use settings::{Settings, Topology};
 use setup::{codecs, ensure_topics, open_store};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use telemetry::Telemetry;
 use transaction::Transaction;
 
 mod catch_up;
 mod claims;
 mod cycle;
 mod errors;
-mod hop;
+mod first_stage;
+mod member;
 mod membership;
 mod output;
 mod parts;
 mod process;
 mod rebalance;
+mod restore;
 mod roster;
 mod scaling;
+mod second_stage;
+mod settings;
 mod setup;
 mod sources;
 mod telemetry;
@@ -123,67 +126,6 @@ pub enum Mode {
     /// A stateless transactional copy of the input to the output topic, through the same commit
     /// cycle: the broker-bound baseline of `scripts/bench-kafka.sh`.
     Passthrough,
-}
-
-/// How records reach the windows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Topology {
-    /// The input is partitioned by the grouping key: each input partition is a `Part`.
-    Direct,
-    /// The repartition hop, into this many repartition partitions.
-    Hop {
-        /// Partitions of the repartition topic.
-        partitions: i32,
-    },
-    /// `--passthrough`: input records are copied to the output topic.
-    Passthrough,
-}
-
-/// Everything the loop and the rebalance callbacks share.
-pub struct Core {
-    spec: PipelineSpec,
-    k: KafkaSpec,
-    store: StateStore,
-    /// The open transaction and its producer.
-    txn: Transaction,
-    decoder: Decoder,
-    /// Where panes and dead letters go (JSON or Avro).
-    output: Output,
-    topology: Topology,
-    /// The windowing partitions, by partition number.
-    parts: BTreeMap<i32, Part>,
-    /// The hop's first stage (and passthrough): input partitions by (topic index, partition).
-    sources: BTreeMap<(u16, i32), Source>,
-    /// The names of every input partition: the watermark sources of each repartition partition.
-    source_names: Vec<String>,
-    /// The hop's second stage: the repartition topic's raw log, followed.
-    hop_reader: Option<CommittedReader>,
-    /// The second stage decodes every event into this one buffer.
-    hop_event: Event,
-    /// The second stage decodes every watermark record's reports into this one buffer.
-    hop_reports: Vec<(wire::Origin, SourceWatermark)>,
-    /// The first stage's event and partial records being built, one per repartition partition.
-    hop_packs: Vec<wire::Pack>,
-    hop_partials: Vec<wire::PartialPack>,
-    /// Whether input partitions are read to their end: a source is idle only when caught up.
-    catch_up: CatchUp,
-    /// Partitions of the offsets topic (the first stage's offset markers).
-    offsets_partitions: i32,
-    /// The error that must stop the loop, set by a rebalance callback.
-    fatal: Option<RunError>,
-    /// The fingerprint of what shapes this pipeline's state ([`PipelineSpec::fingerprint`]).
-    fingerprint: String,
-    health: Arc<Health>,
-    /// Where a partition on which nothing has ever committed starts (`auto.offset.reset`).
-    reset: Offset,
-    /// Metrics, and what this member did, for its last log line.
-    telemetry: Telemetry,
-    /// When the repartition topic was last purged below the committed positions.
-    last_purge: Instant,
-    /// The partitions this member holds, for the group watchdog.
-    owned_here: watchdog::Held,
-    /// This member's claims of its partitions, for fencing from the log.
-    claims: claims::Claims,
 }
 
 /// How often the second stage reads the repartition topic while it finds nothing.
@@ -236,15 +178,8 @@ pub fn run(
             "auto.offset.reset = {reset_name:?} is not supported"
         ))
     })?;
-    let hop_reader = match topology {
-        Topology::Hop { .. } => Some(
-            CommittedReader::connect(
-                &k.bootstrap_servers,
-                &k.repartition_topic,
-                k.transaction_timeout,
-            )
-            .map_err(|e| RunError::Startup(format!("reading the repartition topic: {e}")))?,
-        ),
+    let second = match topology {
+        Topology::Hop { .. } => Some(SecondStage::connect(&k)?),
         _ => None,
     };
     let fingerprint = spec.fingerprint();
@@ -254,33 +189,25 @@ pub fn run(
     if matches!(topology, Topology::Hop { .. }) {
         topics.push(k.repartition_topic.clone());
     }
-    let core = Arc::new(Mutex::new(Core {
-        decoder,
-        output: Output::new(encoder, &k),
-        spec,
-        k: k.clone(),
+    let core = Arc::new(Mutex::new(Core::new(member::Parts {
+        s: Settings {
+            spec,
+            k: k.clone(),
+            topology,
+            source_names: layout.source_names,
+            offsets_partitions: layout.offsets_partitions,
+            fingerprint,
+            reset,
+        },
         store,
         txn,
-        topology,
-        parts: BTreeMap::new(),
-        sources: BTreeMap::new(),
-        source_names: layout.source_names,
-        hop_reader,
-        hop_event: Event::default(),
-        hop_reports: Vec::new(),
-        hop_packs: Vec::new(),
-        hop_partials: Vec::new(),
-        catch_up: CatchUp::new(&k.bootstrap_servers),
-        offsets_partitions: layout.offsets_partitions,
-        fatal: None,
-        fingerprint,
+        decoder,
+        output: Output::new(encoder, &k),
+        second,
         health,
-        reset,
-        telemetry: Telemetry::new(),
-        last_purge: Instant::now(),
         owned_here: owned_here.clone(),
         claims,
-    }));
+    })));
     let mut member = Membership::join(
         core.clone(),
         &k,
@@ -302,19 +229,14 @@ pub fn run(
             result = Err(e);
             break 'run;
         }
-        let tailing = core
-            .lock()
-            .expect("lock")
-            .hop_reader
-            .as_ref()
-            .is_some_and(|t| !t.is_idle());
+        let tailing = core.lock().expect("lock").is_reading_repartition();
         if tailing && (tail_busy || last_tail.elapsed() >= TAIL_EVERY) {
             last_tail = Instant::now();
             let mut c = core.lock().expect("lock");
             let read = c.read_repartition();
-            let behind = c.hop_reader.as_ref().is_some_and(|r| r.is_behind());
+            let behind = c.repartition_behind();
             tail_busy = behind || matches!(read, Ok(n) if n > 0);
-            if let Err(e) = settle(&mut c, &member.consumer, read.map(|_| ()), true) {
+            if let Err(e) = c.settle(&member.consumer, read.map(|_| ()), true) {
                 result = Err(e);
                 break 'run;
             }
@@ -332,7 +254,7 @@ pub fn run(
                 if i == 0 { timeout } else { Duration::ZERO },
             );
             let mut c = core.lock().expect("lock");
-            if let Some(e) = c.fatal.take() {
+            if let Some(e) = c.take_fatal() {
                 result = Err(e);
                 break 'run;
             }
@@ -357,7 +279,7 @@ pub fn run(
             // The clock is read every CLOCK_EVERY records (and when there are none): reading it
             // after each record showed in profiles.
             let look_at_clock = idle || i % CLOCK_EVERY == CLOCK_EVERY - 1;
-            if let Err(e) = settle(&mut c, &member.consumer, step, look_at_clock) {
+            if let Err(e) = c.settle(&member.consumer, step, look_at_clock) {
                 result = Err(e);
                 break 'run;
             }

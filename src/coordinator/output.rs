@@ -1,5 +1,6 @@
 //! What the member writes for its users: panes to the output topic and dead letters to the
-//! dead-letter topic, encoded (JSON or Avro) and produced into the open transaction.
+//! dead-letter topic, encoded (JSON or Avro) and produced into the open transaction; and
+//! [`Out`], what every path that produces output writes with.
 
 use super::errors::CycleError;
 use super::telemetry::Telemetry;
@@ -26,50 +27,58 @@ impl Output {
             dead_letter_topic: k.dead_letter_topic.clone(),
         }
     }
+}
 
-    /// Produces panes of replay epoch `epoch` into the open transaction `txn`; `fired_at` is the
+/// The open transaction, the reports, and the output: what a path that produces output writes
+/// with.
+pub(super) struct Out<'a> {
+    pub(super) txn: &'a mut Transaction,
+    pub(super) telemetry: &'a mut Telemetry,
+    pub(super) output: &'a Output,
+}
+
+impl Out<'_> {
+    /// Produces panes of replay epoch `epoch` into the open transaction; `fired_at` is the
     /// append time of what fired them (for the latency histogram).
     pub(super) fn panes(
-        &self,
-        txn: &mut Transaction,
-        telemetry: &mut Telemetry,
+        &mut self,
         panes: Vec<Pane>,
         epoch: u64,
         fired_at: i64,
     ) -> Result<(), CycleError> {
         for p in panes {
             let value = self
+                .output
                 .encoder
                 .pane(&p, epoch)
                 .map_err(|e| CycleError::Fatal(e.to_string()))?;
-            let record = BaseRecord::with_opaque_to(&self.output_topic, 0usize)
+            let record = BaseRecord::with_opaque_to(&self.output.output_topic, 0usize)
                 .key(p.key.as_bytes())
                 .payload(value.as_slice())
                 .headers(pane::headers(&p, epoch));
-            txn.send(record)?;
-            telemetry.pane(p.timing, fired_at);
-            txn.touch();
+            self.txn.send(record)?;
+            self.telemetry.pane(p.timing, fired_at);
+            self.txn.touch();
         }
         Ok(())
     }
 
-    /// Produces a dead letter into the open transaction `txn`: under JSON output the record keeps
+    /// Produces a dead letter into the open transaction: under JSON output the record keeps
     /// `key` and `value` untouched; under Avro output its value is the envelope holding them.
     pub(super) fn dead_letter(
-        &self,
-        txn: &mut Transaction,
-        telemetry: &mut Telemetry,
+        &mut self,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         letter: DeadLetter,
         reason: &'static str,
     ) -> Result<(), CycleError> {
-        let mut record =
-            BaseRecord::with_opaque_to(&self.dead_letter_topic, 0usize).headers(letter.headers());
+        let mut record = BaseRecord::with_opaque_to(&self.output.dead_letter_topic, 0usize)
+            .headers(letter.headers());
         if let Some(k) = key {
             record = record.key(k);
         }
         let envelope = self
+            .output
             .encoder
             .dead_letter(&letter, key, value)
             .map_err(|e| CycleError::Fatal(e.to_string()))?;
@@ -78,8 +87,8 @@ impl Output {
             (None, Some(v)) => record = record.payload(v),
             (None, None) => {}
         }
-        txn.send(record)?;
-        telemetry.dead_letter(reason);
+        self.txn.send(record)?;
+        self.telemetry.dead_letter(reason);
         tracing::debug!(
             reason,
             topic = letter.topic,
@@ -88,5 +97,24 @@ impl Output {
             "dead letter"
         );
         Ok(())
+    }
+
+    /// `--passthrough`: a copy of an input record (`key`, `value`, appended at `appended`) to
+    /// the output topic.
+    pub(super) fn copy(
+        &mut self,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        appended: i64,
+    ) -> Result<(), CycleError> {
+        let mut record = BaseRecord::with_opaque_to(&self.output.output_topic, 0usize);
+        if let Some(k) = key {
+            record = record.key(k);
+        }
+        if let Some(v) = value {
+            record = record.payload(v);
+        }
+        self.telemetry.batch().fired_at.push(appended);
+        self.txn.send(record)
     }
 }

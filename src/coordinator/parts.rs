@@ -4,6 +4,7 @@
 
 use crate::metrics as m;
 use crate::pipeline::{Front, Step};
+use crate::state::changelog::RestoreStats;
 use crate::windowing::fold::Folder;
 use crate::windowing::watermark::SourceWatermark;
 use metrics::{counter, gauge, Counter, Gauge};
@@ -35,6 +36,28 @@ pub(super) struct Part {
 }
 
 impl Part {
+    /// Partition `p` of `topic` with `step` over column family `cf`, restored as `stats` say:
+    /// it resumes at the committed offset (nothing processed since).
+    pub(super) fn restored(
+        step: Step,
+        stats: &RestoreStats,
+        cf: String,
+        topic: &str,
+        p: i32,
+    ) -> Part {
+        Part {
+            committed_fronts: step.fronts().to_vec(),
+            epoch: stats.lineage.epoch,
+            step,
+            next_offset: stats.committed,
+            committed_offset: stats.committed,
+            first_seen: None,
+            cf,
+            batch_in: 0,
+            gauges: PartGauges::new(topic, p),
+        }
+    }
+
     /// Where reading goes on: after the last processed record, at the committed offset, or at 0.
     pub(super) fn position(&self) -> i64 {
         self.next_offset.or(self.committed_offset).unwrap_or(0)

@@ -1,191 +1,128 @@
 //! The per-record path of an input partitioned by the grouping key: each input record goes
 //! through the partition's [`Step`](crate::pipeline::Step) (the same step `simulate` runs); its
-//! panes and dead letters go into the open transaction. Also: the dispatch of records to the
-//! hop's stages, and the tick that lets processing time move.
+//! panes and dead letters go into the open transaction. Also: the tick that lets processing time
+//! move, and decoding an input record for the record step.
 
+use super::catch_up::CatchUp;
 use super::errors::CycleError;
-use super::sources::input_topic;
-use super::{Core, Topology};
+use super::output::Out;
+use super::parts::{Part, Source};
+use super::settings::{Settings, Topology};
 use crate::clock::wall_ms;
 use crate::format::dead_letter::DeadLetter;
 use crate::input::{DecodeError, Meta};
 use crate::pipeline::{Decoded, Reason, Rejection};
+use crate::state::store::StateStore;
 use rdkafka::message::{BorrowedMessage, Message};
+use std::collections::BTreeMap;
 
-impl Core {
-    /// Processes one record the consumer handed over.
-    pub(super) fn on_message(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), CycleError> {
-        match self.topology {
-            Topology::Direct => self.on_keyed_record(msg),
-            Topology::Hop { .. } | Topology::Passthrough => {
-                match self.k.input_topics.iter().position(|t| t == msg.topic()) {
-                    Some(i) => self.on_source_record(msg, i as u16),
-                    None => Ok(()), // the repartition topic's partitions stay paused
-                }
+/// Processes one record of input partition `part`, partitioned by the grouping key, as
+/// `simulate` processes one line. A record whose Kafka key is not its grouping key breaks that
+/// promise: it is dead-lettered (`key_mismatch`), never grouped where it does not belong.
+pub(super) fn keyed_record(
+    part: &mut Part,
+    decoder: &mut crate::input::decode::Decoder,
+    out: &mut Out<'_>,
+    msg: &BorrowedMessage<'_>,
+) -> Result<(), CycleError> {
+    let p = msg.partition();
+    let offset = msg.offset();
+    let now = wall_ms();
+    let appended = msg.timestamp().to_millis().unwrap_or(now);
+    if part.next_offset != Some(offset) {
+        // Transaction markers take offsets, so small jumps are normal; going back is not.
+        tracing::debug!(
+            partition = p,
+            expected = part.next_offset,
+            got = offset,
+            "offset jump"
+        );
+    }
+    part.first_seen.get_or_insert(offset);
+    let decoded = decode(decoder, msg, now)?;
+    part.next_offset = Some(offset + 1);
+    part.batch_in += 1;
+    out.txn.add_records(1);
+    let epoch = part.epoch;
+    let mismatch = match (&decoded, msg.key()) {
+        (Ok(Some(ev)), key) if key != Some(ev.key.as_bytes()) => Some(format!(
+            "the record key {:?} is not the grouping key {:?}, but kafka.repartition = false declares the input partitioned by it",
+            key.map(String::from_utf8_lossy),
+            ev.key
+        )),
+        _ => None,
+    };
+    let outcome = match mismatch {
+        Some(detail) => {
+            let wm = part.step.engine().watermark();
+            crate::pipeline::Outcome {
+                rejection: Some(Rejection {
+                    reason: Reason::KeyMismatch,
+                    detail,
+                    watermark: (wm != i64::MIN).then_some(wm),
+                    event_time: decoded.as_ref().ok().and_then(Option::as_ref).map(|e| e.ts),
+                    late_by_ms: None,
+                }),
+                ..Default::default()
             }
         }
+        None => part
+            .step
+            .record(0, decoded, now)
+            .map_err(|e| CycleError::Fatal(e.to_string()))?,
+    };
+    if outcome.filtered {
+        out.telemetry.batch().filtered(msg.topic());
     }
-
-    /// Processes one record of an input partitioned by the grouping key, as `simulate` processes
-    /// one line. A record whose Kafka key is not its grouping key breaks that promise: it is
-    /// dead-lettered (`key_mismatch`), never grouped where it does not belong.
-    fn on_keyed_record(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), CycleError> {
-        let p = msg.partition();
-        let offset = msg.offset();
-        let now = wall_ms();
-        let appended = msg.timestamp().to_millis().unwrap_or(now);
-        let Some(part) = self.parts.get_mut(&p) else {
-            return Ok(()); // not (or no longer) ours
-        };
-        if part.next_offset != Some(offset) {
-            // Transaction markers take offsets, so small jumps are normal; going back is not.
-            tracing::debug!(
-                partition = p,
-                expected = part.next_offset,
-                got = offset,
-                "offset jump"
-            );
-        }
-        part.first_seen.get_or_insert(offset);
-        let decoded = decode(&mut self.decoder, msg, now)?;
-        part.next_offset = Some(offset + 1);
-        part.batch_in += 1;
-        self.txn.add_records(1);
-        let epoch = part.epoch;
-        let mismatch = match (&decoded, msg.key()) {
-            (Ok(Some(ev)), key) if key != Some(ev.key.as_bytes()) => Some(format!(
-                "the record key {:?} is not the grouping key {:?}, but kafka.repartition = false declares the input partitioned by it",
-                key.map(String::from_utf8_lossy),
-                ev.key
-            )),
-            _ => None,
-        };
-        let out = match mismatch {
-            Some(detail) => {
-                let wm = part.step.engine().watermark();
-                crate::pipeline::Outcome {
-                    rejection: Some(Rejection {
-                        reason: Reason::KeyMismatch,
-                        detail,
-                        watermark: (wm != i64::MIN).then_some(wm),
-                        event_time: decoded.as_ref().ok().and_then(Option::as_ref).map(|e| e.ts),
-                        late_by_ms: None,
-                    }),
-                    ..Default::default()
-                }
-            }
-            None => part
-                .step
-                .record(0, decoded, now)
-                .map_err(|e| CycleError::Fatal(e.to_string()))?,
-        };
-        if out.filtered {
-            self.telemetry.batch().filtered(msg.topic());
-        }
-        if let Some(behind) = out.behind_watermark_ms {
-            self.telemetry.lateness(behind);
-        }
-        if let Some(r) = out.rejection {
-            let reason = r.reason.as_str();
-            let letter = dead_letter_of(r, msg.topic(), p, offset, epoch);
-            self.output.dead_letter(
-                &mut self.txn,
-                &mut self.telemetry,
-                msg.key(),
-                msg.payload(),
-                letter,
-                reason,
-            )?;
-        }
-        self.output.panes(
-            &mut self.txn,
-            &mut self.telemetry,
-            out.panes,
-            epoch,
-            appended,
-        )
+    if let Some(behind) = outcome.behind_watermark_ms {
+        out.telemetry.lateness(behind);
     }
-
-    /// Lets processing time move idle watermarks and early firings when no record arrives.
-    pub(super) fn on_tick(&mut self) -> Result<(), CycleError> {
-        let now = wall_ms();
-        let mut fired = Vec::new();
-        self.refresh_caught_up(now);
-        let direct = self.topology == Topology::Direct;
-        let topic = self.k.input_topics[0].clone();
-        let caught_up: Vec<bool> = self
-            .parts
-            .iter()
-            .map(|(&p, part)| direct && self.catch_up.is_caught_up(&topic, p, part.position()))
-            .collect();
-        for (part, caught_up) in self.parts.values_mut().zip(caught_up) {
-            let panes = part
-                .step
-                .tick(now, caught_up)
-                .map_err(|e| CycleError::Fatal(e.to_string()))?;
-            if !panes.is_empty() {
-                fired.push((panes, part.epoch));
-            }
-        }
-        let caught_up: Vec<bool> = self
-            .sources
-            .iter()
-            .map(|(&(t, p), src)| {
-                self.catch_up
-                    .is_caught_up(input_topic(&self.k, t), p, src.position())
-            })
-            .collect();
-        for (src, caught_up) in self.sources.values_mut().zip(caught_up) {
-            src.front.tick(now, caught_up);
-        }
-        // A source whose report changed (it went idle, say) has something to commit.
-        if !self.txn.is_dirty() && self.sources_pending() {
-            self.txn.touch();
-        }
-        // An idle member commits nothing; keep its watermark lag and state figures current anyway.
-        self.telemetry.refresh_idle(&self.parts, &self.store, now);
-        for (panes, epoch) in fired {
-            self.output
-                .panes(&mut self.txn, &mut self.telemetry, panes, epoch, now)?;
-        }
-        Ok(())
+    if let Some(r) = outcome.rejection {
+        let reason = r.reason.as_str();
+        let letter = dead_letter_of(r, msg.topic(), p, offset, epoch);
+        out.dead_letter(msg.key(), msg.payload(), letter, reason)?;
     }
+    out.panes(outcome.panes, epoch, appended)
 }
 
-impl Core {
-    /// Looks at the raw log of every input partition that would be idle if it were caught up
-    /// (silent for the idle timeout) and whose look is due ([`CatchUp::due`]): does a data
-    /// record lie after its position? Only then can it count as idle.
-    pub(super) fn refresh_caught_up(&mut self, now: i64) {
-        let mut wanted: std::collections::BTreeMap<String, Vec<(i32, i64)>> = Default::default();
-        if self.topology == Topology::Direct {
-            let topic = &self.k.input_topics[0];
-            for (&p, part) in &self.parts {
-                let quiet = part
-                    .step
-                    .fronts()
-                    .iter()
-                    .any(|(_, f)| f.report(now, true).idle_at.is_some());
-                let position = part.position();
-                if quiet && self.catch_up.due(topic, p, position) {
-                    wanted.entry(topic.clone()).or_default().push((p, position));
-                }
-            }
+/// Lets processing time move idle watermarks and early firings when no record arrives: ticks
+/// every partition's step and every source's front (whether each is caught up as `catch_up`
+/// finds it now), and keeps the state and lag figures current on an idle member. Whether the
+/// sources' reports make the open transaction worth committing is the caller's to say
+/// ([`super::first_stage::reports_pending`]).
+pub(super) fn tick(
+    s: &Settings,
+    parts: &mut BTreeMap<i32, Part>,
+    sources: &mut BTreeMap<(u16, i32), Source>,
+    catch_up: &mut CatchUp,
+    store: &StateStore,
+    out: &mut Out<'_>,
+) -> Result<(), CycleError> {
+    let now = wall_ms();
+    let mut fired = Vec::new();
+    catch_up.refresh(s, parts, sources, now);
+    let direct = s.topology == Topology::Direct;
+    let topic = &s.k.input_topics[0];
+    for (&p, part) in parts.iter_mut() {
+        let caught_up = direct && catch_up.is_caught_up(topic, p, part.position());
+        let panes = part
+            .step
+            .tick(now, caught_up)
+            .map_err(|e| CycleError::Fatal(e.to_string()))?;
+        if !panes.is_empty() {
+            fired.push((panes, part.epoch));
         }
-        for (&(t, p), src) in &self.sources {
-            let topic = input_topic(&self.k, t);
-            let position = src.position();
-            if src.front.report(now, true).idle_at.is_some()
-                && self.catch_up.due(topic, p, position)
-            {
-                wanted
-                    .entry(topic.to_string())
-                    .or_default()
-                    .push((p, position));
-            }
-        }
-        self.catch_up.look(wanted);
     }
+    for (&(t, p), src) in sources.iter_mut() {
+        let caught_up = catch_up.is_caught_up(s.input_topic(t), p, src.position());
+        src.front.tick(now, caught_up);
+    }
+    // An idle member commits nothing; keep its watermark lag and state figures current anyway.
+    out.telemetry.refresh_idle(parts, store, now);
+    for (panes, epoch) in fired {
+        out.panes(panes, epoch, now)?;
+    }
+    Ok(())
 }
 
 /// What a dead letter says about the input record `topic`/`partition`/`offset` it stands for.

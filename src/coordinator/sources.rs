@@ -9,7 +9,6 @@
 //! (`tidemark replay`), never the group's offsets.
 
 use super::errors::RunError;
-use crate::config::KafkaSpec;
 use crate::state::changelog::{
     source_marker_key, source_markers, OpenDecision, OpenPolicy, SourceMarkers,
     MARKER_PARTITIONS_HEADER, OFFSET_MARKER_KEY, SOURCE_WATERMARK_HEADER,
@@ -75,9 +74,4 @@ pub(super) fn restore(
             OpenDecision::Resolved | OpenDecision::GiveUp(_) => return Ok(state),
         }
     }
-}
-
-/// The input topic of index `i` (the hop names source topics by index).
-pub(super) fn input_topic(k: &KafkaSpec, i: u16) -> &str {
-    &k.input_topics[usize::from(i)]
 }
