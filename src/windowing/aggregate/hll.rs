@@ -110,13 +110,16 @@ struct Sketch {
     regs: Registers,
 }
 
-/// The 64-bit hash of a value.
-fn hash(s: &Scalar) -> u64 {
-    let mut buf = Vec::with_capacity(16);
-    s.put(&mut buf);
-    let mut h = SipHasher13::new_with_keys(0x7469_6465_6d61_726b, 0x686c_6c2d_7631_0000);
-    h.write(&buf);
-    h.finish()
+/// The hasher every sketch hashes values with.
+fn hasher() -> SipHasher13 {
+    SipHasher13::new_with_keys(0x7469_6465_6d61_726b, 0x686c_6c2d_7631_0000)
+}
+
+/// The 64-bit hash of a value's scalar ([`Scalar::put`]'s encoding), without allocating;
+/// `None` for NULL.
+fn hash(v: &Value) -> Option<u64> {
+    let mut h = hasher();
+    Scalar::write_of(v, &mut h).then(|| h.finish())
 }
 
 impl Sketch {
@@ -181,8 +184,7 @@ impl Sketch {
 
 impl State for Sketch {
     fn add(&mut self, v: &Value, _: i64) {
-        let Some(s) = Scalar::of(v) else { return };
-        let h = hash(&s);
+        let Some(h) = hash(v) else { return };
         let p = self.p as u32;
         let idx = (h >> (64 - p)) as usize;
         // The rank: position of the first one bit after the index bits, at most 64 - p + 1.
@@ -227,5 +229,40 @@ impl State for Sketch {
 
     fn evaluate(&self, _elements: u64) -> Output {
         Output::Value(Value::Int(self.estimate() as i64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::windowing::aggregate::value::string;
+    use proptest::prelude::*;
+
+    /// The hash as sketches saved by earlier releases computed it: the whole encoding first,
+    /// then one write.
+    fn hash_of_encoding(v: &Value) -> Option<u64> {
+        let mut buf = Vec::new();
+        Scalar::of(v)?.put(&mut buf);
+        let mut h = hasher();
+        h.write(&buf);
+        Some(h.finish())
+    }
+
+    fn values() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::Int),
+            (-1e6f64..1e6).prop_map(|x| Value::Float(x.round())),
+            any::<f64>().prop_map(Value::Float),
+            ".{0,40}".prop_map(string),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn hashing_without_allocating_gives_the_hash_of_the_encoding(v in values()) {
+            prop_assert_eq!(hash(&v), hash_of_encoding(&v));
+        }
     }
 }

@@ -167,6 +167,37 @@ impl Scalar {
         }
     }
 
+    /// Feeds `v`'s scalar, in [`Scalar::put`]'s encoding, to `h` without allocating (a string
+    /// is written in three pieces, which a streaming hasher takes as one); `false` for NULL.
+    pub fn write_of(v: &Value, h: &mut impl std::hash::Hasher) -> bool {
+        let (tag, bytes) = match v {
+            Value::Null => return false,
+            Value::Str(s) => {
+                h.write(&[STR]);
+                h.write(&(s.len() as u32).to_le_bytes());
+                h.write(s.as_bytes());
+                return true;
+            }
+            other => match Scalar::of(other) {
+                Some(Scalar::Bool(false)) => (FALSE, None),
+                Some(Scalar::Bool(true)) => (TRUE, None),
+                Some(Scalar::Int(i)) => (INT, Some(i.to_le_bytes())),
+                Some(Scalar::Float(x)) => (FLOAT, Some(x.to_le_bytes())),
+                Some(Scalar::Str(_)) | None => unreachable!("strings and NULL are handled above"),
+            },
+        };
+        let mut buf = [tag; 9];
+        let n = match bytes {
+            Some(b) => {
+                buf[1..].copy_from_slice(&b);
+                9
+            }
+            None => 1,
+        };
+        h.write(&buf[..n]);
+        true
+    }
+
     /// Reads a scalar written by [`Scalar::put`].
     pub fn get(bytes: &mut &[u8]) -> Option<Scalar> {
         Scalar::of(&get_value(bytes)?)
