@@ -8,7 +8,7 @@
 
 use super::errors::RunError;
 use super::parts::{Part, Source};
-use super::settings::{Settings, Topology};
+use super::settings::Settings;
 use super::sources;
 use crate::clock::wall_ms;
 use crate::metrics as m;
@@ -60,9 +60,7 @@ impl Restorer<'_> {
         pre: Option<Restored<RestoreStats>>,
     ) -> Result<(String, RestoreStats), RunError> {
         let cf = StateStore::cf_name(WINDOW_OPERATOR, p);
-        let done = pre.unwrap_or_else(|| {
-            timed(|| restore_with_retry(self.store, &self.s.k, self.s.open_policy(), &cf, p))
-        });
+        let done = pre.unwrap_or_else(|| timed(|| self.read_part(p)));
         let (stats, took) = (done.result?, done.took);
         counter!(m::RESTORE_RECORDS, "partition" => p.to_string()).increment(stats.applied as u64);
         histogram!(m::RESTORE_DURATION).record(took.as_secs_f64());
@@ -145,18 +143,7 @@ impl Restorer<'_> {
         pre: Option<Restored<SourceMarkers>>,
     ) -> Result<Source, RunError> {
         let topic = self.s.input_topic(topic_index).to_string();
-        let done = pre.unwrap_or_else(|| {
-            timed(|| {
-                sources::restore(
-                    &self.s.k.bootstrap_servers,
-                    &self.s.k.offsets_topic,
-                    self.s.offsets_partitions,
-                    &topic,
-                    p,
-                    self.s.open_policy(),
-                )
-            })
-        });
+        let done = pre.unwrap_or_else(|| timed(|| self.read_source(&topic, p)));
         let (state, took) = (done.result?, done.took);
         tracing::info!(
             topic,
@@ -197,46 +184,27 @@ impl Restorer<'_> {
                 .flatten(),
         })
     }
+
     /// Restores every windowing partition and reads every source's markers of an assignment,
     /// [`PARALLEL_RESTORES`] at a time. Each read ends with a fetch that finds nothing new, which
     /// a broker may hold for its whole wait, 50 ms
     /// ([`crate::kafka::quirks::FETCH_HELD_PAST_DATA`]): one after another, 256 partitions
     /// took 27 s of waiting before the first commit. The results are applied (and
-    /// logged) in the assignment's order, as before.
+    /// logged) in the assignment's order.
     pub(super) fn all(&self, tpl: &TopicPartitionList) -> Prefetched {
         let mut windowing = Vec::new();
         let mut sources = Vec::new();
         for el in tpl.elements() {
             let (topic, p) = (el.topic(), el.partition());
-            match self.s.topology {
-                Topology::Hop { .. } if topic == self.s.k.repartition_topic => windowing.push(p),
-                Topology::Direct => windowing.push(p),
-                _ => {
-                    if let Some(i) = self.s.k.input_topics.iter().position(|t| t == topic) {
-                        sources.push((i as u16, p, topic.to_string()));
-                    }
-                }
+            if self.s.is_parts_topic(topic) {
+                windowing.push(p);
+            } else if let Some(i) = self.s.input_index(topic) {
+                sources.push((i, p, topic.to_string()));
             }
         }
-        let (store, k, policy) = (self.store, &self.s.k, self.s.open_policy());
-        let offsets_partitions = self.s.offsets_partitions;
-        let parts = in_parallel(&windowing, |&p| {
-            timed(|| {
-                let cf = StateStore::cf_name(WINDOW_OPERATOR, p);
-                restore_with_retry(store, k, policy, &cf, p)
-            })
-        });
+        let parts = in_parallel(&windowing, |&p| timed(|| self.read_part(p)));
         let markers = in_parallel(&sources, |(_, p, topic)| {
-            timed(|| {
-                sources::restore(
-                    &k.bootstrap_servers,
-                    &k.offsets_topic,
-                    offsets_partitions,
-                    topic,
-                    *p,
-                    policy,
-                )
-            })
+            timed(|| self.read_source(topic, *p))
         });
         Prefetched {
             parts: windowing.into_iter().zip(parts).collect(),
@@ -246,6 +214,24 @@ impl Restorer<'_> {
                 .zip(markers)
                 .collect(),
         }
+    }
+
+    /// Restores windowing partition `p` from its changelog partition into the store.
+    fn read_part(&self, p: i32) -> Result<RestoreStats, RunError> {
+        let cf = StateStore::cf_name(WINDOW_OPERATOR, p);
+        restore_with_retry(self.store, &self.s.k, self.s.open_policy(), &cf, p)
+    }
+
+    /// Reads input partition `topic`/`p`'s markers from the offsets topic.
+    fn read_source(&self, topic: &str, p: i32) -> Result<SourceMarkers, RunError> {
+        sources::restore(
+            &self.s.k.bootstrap_servers,
+            &self.s.k.offsets_topic,
+            self.s.offsets_partitions,
+            topic,
+            p,
+            self.s.open_policy(),
+        )
     }
 }
 
