@@ -6,7 +6,7 @@
 //! are one value. `top_k` outputs the `k` most frequent values with their counts, most frequent
 //! first, ties by value ascending.
 
-use super::value::{take, take_u64, Scalar, Value};
+use super::value::{take, take_u64, Scalar, ScalarKey, ScalarRef, Value};
 use super::{only, same, Aggregate, Input, Output, OutputType, Params, State};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -98,8 +98,13 @@ struct Counts {
 
 impl State for Counts {
     fn add(&mut self, v: &Value, _: i64) {
-        if let Some(s) = Scalar::of(v) {
-            *self.counts.entry(s).or_insert(0) += 1;
+        let Some(s) = ScalarRef::of(v) else { return };
+        // Looked up borrowed: a value already kept is counted without copying it.
+        match self.counts.get_mut(&s as &dyn ScalarKey) {
+            Some(n) => *n += 1,
+            None => {
+                self.counts.insert(s.to_scalar(), 1);
+            }
         }
     }
 

@@ -5,6 +5,7 @@
 
 use super::value::{get_value, put_value, take, Value};
 use super::{only, same, Aggregate, Input, Output, OutputType, Params, State};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -85,8 +86,17 @@ impl Picked {
 
 impl State for Picked {
     fn add(&mut self, v: &Value, ts: i64) {
-        if !v.is_null() && self.replaces(ts) {
-            self.at = Some((ts, v.clone()));
+        if v.is_null() || !self.replaces(ts) {
+            return;
+        }
+        match (&mut self.at, v) {
+            // A string replacing a string reuses its buffer.
+            (Some((t, Value::Str(Cow::Owned(kept)))), Value::Str(s)) => {
+                *t = ts;
+                kept.clear();
+                kept.push_str(s);
+            }
+            _ => self.at = Some((ts, v.clone())),
         }
     }
 

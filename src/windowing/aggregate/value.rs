@@ -122,22 +122,133 @@ pub enum Scalar {
     Str(Box<str>),
 }
 
-impl Scalar {
-    /// The scalar of a value; `None` for NULL.
-    pub fn of(v: &Value) -> Option<Scalar> {
+/// A borrowed scalar: what [`Scalar`] compares by, so a value can be looked up among kept
+/// scalars without copying it. Made by [`ScalarRef::of`] with the same rules as [`Scalar::of`].
+#[derive(Debug, Clone, Copy)]
+pub enum ScalarRef<'a> {
+    /// A boolean.
+    Bool(bool),
+    /// An integer, or an integral double.
+    Int(i64),
+    /// A double with a fraction, out of the integer range, or not a number.
+    Float(f64),
+    /// A string.
+    Str(&'a str),
+}
+
+impl<'a> ScalarRef<'a> {
+    /// The scalar of a value, borrowed from it; `None` for NULL.
+    pub fn of(v: &'a Value) -> Option<ScalarRef<'a>> {
         Some(match v {
             Value::Null => return None,
-            Value::Bool(b) => Scalar::Bool(*b),
-            Value::Int(i) => Scalar::Int(*i),
+            Value::Bool(b) => ScalarRef::Bool(*b),
+            Value::Int(i) => ScalarRef::Int(*i),
             // `i64::MAX as f64` is 2^63, the first double above the integer range.
             Value::Float(x)
                 if x.fract() == 0.0 && *x >= i64::MIN as f64 && *x < i64::MAX as f64 =>
             {
-                Scalar::Int(*x as i64)
+                ScalarRef::Int(*x as i64)
             }
-            Value::Float(x) => Scalar::Float(*x),
-            Value::Str(s) => Scalar::Str(s.as_ref().into()),
+            Value::Float(x) => ScalarRef::Float(*x),
+            Value::Str(s) => ScalarRef::Str(s),
         })
+    }
+
+    /// The scalar, owned.
+    pub fn to_scalar(self) -> Scalar {
+        match self {
+            ScalarRef::Bool(b) => Scalar::Bool(b),
+            ScalarRef::Int(i) => Scalar::Int(i),
+            ScalarRef::Float(x) => Scalar::Float(x),
+            ScalarRef::Str(s) => Scalar::Str(s.into()),
+        }
+    }
+
+    fn rank(self) -> u8 {
+        match self {
+            ScalarRef::Bool(_) => 0,
+            ScalarRef::Int(_) | ScalarRef::Float(_) => 1,
+            ScalarRef::Str(_) => 2,
+        }
+    }
+
+    /// The total order of scalars (see [`Scalar`]).
+    fn order(self, other: ScalarRef<'_>) -> Ordering {
+        match (self, other) {
+            (ScalarRef::Bool(a), ScalarRef::Bool(b)) => a.cmp(&b),
+            (ScalarRef::Int(a), ScalarRef::Int(b)) => a.cmp(&b),
+            (ScalarRef::Float(a), ScalarRef::Float(b)) => a.total_cmp(&b),
+            (ScalarRef::Int(a), ScalarRef::Float(b)) => {
+                (a as f64).total_cmp(&b).then(Ordering::Less)
+            }
+            (ScalarRef::Float(a), ScalarRef::Int(b)) => {
+                a.total_cmp(&(b as f64)).then(Ordering::Greater)
+            }
+            (ScalarRef::Str(a), ScalarRef::Str(b)) => a.cmp(b),
+            (a, b) => a.rank().cmp(&b.rank()),
+        }
+    }
+}
+
+/// What a map keyed by [`Scalar`] can be searched with: a [`Scalar`] or a [`ScalarRef`]
+/// (`map.get_mut(&view as &dyn ScalarKey)`), compared as scalars.
+pub trait ScalarKey {
+    /// The key as a borrowed scalar.
+    fn key(&self) -> ScalarRef<'_>;
+}
+
+impl ScalarKey for Scalar {
+    fn key(&self) -> ScalarRef<'_> {
+        self.view()
+    }
+}
+
+impl ScalarKey for ScalarRef<'_> {
+    fn key(&self) -> ScalarRef<'_> {
+        *self
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn ScalarKey + 'a> for Scalar {
+    fn borrow(&self) -> &(dyn ScalarKey + 'a) {
+        self
+    }
+}
+
+impl Ord for dyn ScalarKey + '_ {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key().order(other.key())
+    }
+}
+
+impl PartialOrd for dyn ScalarKey + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for dyn ScalarKey + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for dyn ScalarKey + '_ {}
+
+impl Scalar {
+    /// The scalar of a value; `None` for NULL.
+    pub fn of(v: &Value) -> Option<Scalar> {
+        ScalarRef::of(v).map(ScalarRef::to_scalar)
+    }
+
+    /// The scalar, borrowed.
+    pub fn view(&self) -> ScalarRef<'_> {
+        match self {
+            Scalar::Bool(b) => ScalarRef::Bool(*b),
+            Scalar::Int(i) => ScalarRef::Int(*i),
+            Scalar::Float(x) => ScalarRef::Float(*x),
+            Scalar::Str(s) => ScalarRef::Str(s),
+        }
     }
 
     /// The scalar as a value.
@@ -147,14 +258,6 @@ impl Scalar {
             Scalar::Int(i) => Value::Int(*i),
             Scalar::Float(x) => Value::Float(*x),
             Scalar::Str(s) => string(s.as_ref()),
-        }
-    }
-
-    fn rank(&self) -> u8 {
-        match self {
-            Scalar::Bool(_) => 0,
-            Scalar::Int(_) | Scalar::Float(_) => 1,
-            Scalar::Str(_) => 2,
         }
     }
 
@@ -170,21 +273,18 @@ impl Scalar {
     /// Feeds `v`'s scalar, in [`Scalar::put`]'s encoding, to `h` without allocating (a string
     /// is written in three pieces, which a streaming hasher takes as one); `false` for NULL.
     pub fn write_of(v: &Value, h: &mut impl std::hash::Hasher) -> bool {
-        let (tag, bytes) = match v {
-            Value::Null => return false,
-            Value::Str(s) => {
+        let (tag, bytes) = match ScalarRef::of(v) {
+            None => return false,
+            Some(ScalarRef::Str(s)) => {
                 h.write(&[STR]);
                 h.write(&(s.len() as u32).to_le_bytes());
                 h.write(s.as_bytes());
                 return true;
             }
-            other => match Scalar::of(other) {
-                Some(Scalar::Bool(false)) => (FALSE, None),
-                Some(Scalar::Bool(true)) => (TRUE, None),
-                Some(Scalar::Int(i)) => (INT, Some(i.to_le_bytes())),
-                Some(Scalar::Float(x)) => (FLOAT, Some(x.to_le_bytes())),
-                Some(Scalar::Str(_)) | None => unreachable!("strings and NULL are handled above"),
-            },
+            Some(ScalarRef::Bool(false)) => (FALSE, None),
+            Some(ScalarRef::Bool(true)) => (TRUE, None),
+            Some(ScalarRef::Int(i)) => (INT, Some(i.to_le_bytes())),
+            Some(ScalarRef::Float(x)) => (FLOAT, Some(x.to_le_bytes())),
         };
         let mut buf = [tag; 9];
         let n = match bytes {
@@ -206,15 +306,7 @@ impl Scalar {
 
 impl Ord for Scalar {
     fn cmp(&self, other: &Scalar) -> Ordering {
-        match (self, other) {
-            (Scalar::Bool(a), Scalar::Bool(b)) => a.cmp(b),
-            (Scalar::Int(a), Scalar::Int(b)) => a.cmp(b),
-            (Scalar::Float(a), Scalar::Float(b)) => a.total_cmp(b),
-            (Scalar::Int(a), Scalar::Float(b)) => (*a as f64).total_cmp(b).then(Ordering::Less),
-            (Scalar::Float(a), Scalar::Int(b)) => a.total_cmp(&(*b as f64)).then(Ordering::Greater),
-            (Scalar::Str(a), Scalar::Str(b)) => a.cmp(b),
-            _ => self.rank().cmp(&other.rank()),
-        }
+        self.view().order(other.view())
     }
 }
 
@@ -272,6 +364,18 @@ mod tests {
         }
 
         #[test]
+        fn a_kept_scalar_is_found_by_its_borrowed_form(a in value(), b in value()) {
+            let mut kept = std::collections::BTreeMap::new();
+            if let Some(x) = Scalar::of(&a) {
+                kept.insert(x, ());
+            }
+            if let Some(y) = ScalarRef::of(&b) {
+                let found = kept.contains_key(&y as &dyn ScalarKey);
+                prop_assert_eq!(found, Scalar::of(&a) == Some(y.to_scalar()));
+            }
+        }
+
+        #[test]
         fn scalar_order_is_total_and_consistent(a in value(), b in value()) {
             if let (Some(x), Some(y)) = (Scalar::of(&a), Scalar::of(&b)) {
                 prop_assert_eq!(x.cmp(&y), y.cmp(&x).reverse());
@@ -288,5 +392,10 @@ mod tests {
         assert!(Scalar::of(&Value::Bool(true)) < Scalar::of(&Value::Int(-5)));
         assert!(Scalar::of(&string("a")) > Scalar::of(&Value::Float(1e300)));
         assert_eq!(Scalar::of(&Value::Null), None);
+        let mut kept = std::collections::BTreeMap::new();
+        kept.insert(Scalar::Int(2), 1);
+        let two = Value::Float(2.0);
+        let view = ScalarRef::of(&two).unwrap();
+        assert_eq!(kept.get(&view as &dyn ScalarKey), Some(&1));
     }
 }
