@@ -3,18 +3,19 @@
 # input with late and malformed records, 24 SIGKILLs of random members 1-4 s apart, restarts
 # alternating between kept and empty state directories; then a judge reads the output, the
 # dead letters and every internal topic from the raw log. Two pipelines:
-#   - kafka_chaos: one topic keyed by the grouping field (repartition = false), 6 partitions;
-#   - kafka_chaos_hop: null-keyed input on two topics, through the repartition hop, once with
+#   - chaos_direct: one topic keyed by the grouping field (repartition = false), 6 partitions;
+#   - chaos_hop: null-keyed input on two topics, through the repartition hop, once with
 #     tumbling windows (records crossing as partial aggregates) and once with sessions.
 # Prints each run's summary line (`chaos:` or `chaos-hop:`).
 #
 #   scripts/chaos.sh [RUNS] [TEST...]    # default 1 run of both tests; exit 0 only if all passed
-#   scripts/chaos.sh 10 kafka_chaos_hop  # ten runs of the hop only
+#   scripts/chaos.sh 10 chaos_hop        # ten runs of the hop only
 #   TIDEMARK_CHAOS_KILLS=30 TIDEMARK_CHAOS_RECORDS=80000 TIDEMARK_CHAOS_SEED=123 scripts/chaos.sh
 #   TIDEMARK_CHAOS_STATIC=1 scripts/chaos.sh     # members with static membership
 #   TIDEMARK_TEST_BROKER=noida scripts/chaos.sh 10  # on noida-db (default: tansu)
 #
-# The binaries are built once and copied to a frozen directory before the first run, so a
+# TEST names a module of the Kafka test binary (tests/kafka/). The binaries are built once and
+# copied to a frozen directory before the first run, so a
 # rebuild of the tree during a long series does not change what the later runs test.
 #
 # Each run's broker log is written to $CHAOS_LOGS (default $CARGO_TARGET_DIR/chaos-logs) and kept only
@@ -29,20 +30,16 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tidemark/target}"
 runs="${1:-1}"
 shift || true
 tests=("$@")
-[ "${#tests[@]}" -gt 0 ] || tests=(kafka_chaos kafka_chaos_hop)
+[ "${#tests[@]}" -gt 0 ] || tests=(chaos_direct chaos_hop)
 export TIDEMARK_CHAOS_KILLS="${TIDEMARK_CHAOS_KILLS:-24}"
 export TIDEMARK_CHAOS_RECORDS="${TIDEMARK_CHAOS_RECORDS:-60000}"
 logs="${CHAOS_LOGS:-$CARGO_TARGET_DIR/chaos-logs}"
 mkdir -p "$logs"
 frozen=$(mktemp -d "${TMPDIR:-/tmp}/tidemark-chaos-bin.XXXXXX")
 trap 'rm -rf "$frozen"' EXIT
-declare -A binary
-for t in "${tests[@]}"; do
-  exe=$(cargo test --release --quiet --no-run --message-format=json --test "$t" |
-    jq -r 'select(.reason == "compiler-artifact" and .executable != null and .target.kind == ["test"]) | .executable')
-  cp "$exe" "$frozen/$t"
-  binary[$t]="$frozen/$t"
-done
+exe=$(cargo test --release --quiet --no-run --message-format=json --test kafka |
+  jq -r 'select(.reason == "compiler-artifact" and .executable != null and .target.kind == ["test"]) | .executable')
+cp "$exe" "$frozen/kafka"
 cargo build --release --quiet --bin tidemark
 cp "$CARGO_TARGET_DIR/release/tidemark" "$frozen/tidemark"
 export TIDEMARK_BIN="$frozen/tidemark"
@@ -54,7 +51,7 @@ for i in $(seq 1 "$runs"); do
     total=$((total + 1))
     out=$(mktemp)
     blog="$logs/$(date +%s)-$t-$i-broker.log"
-    if TIDEMARK_BROKER_LOG="$blog" "${binary[$t]}" --nocapture >"$out" 2>&1; then
+    if TIDEMARK_BROKER_LOG="$blog" "$frozen/kafka" --nocapture "$t::" >"$out" 2>&1; then
       passed=$((passed + 1))
       rm -f "$blog"
     else

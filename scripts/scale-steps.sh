@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scale steps under live load (tests/kafka_scale.rs at full strength): the two-stage pipeline on a
+# Scale steps under live load (tests/kafka/scale.rs at full strength): the two-stage pipeline on a
 # local Tansu broker grows from 1 member to 2, 4 and 6 and shrinks to 2, one step every 20 s, over
 # 60,000 null-keyed records on two topics of 6 partitions (CI runs it with 20,000 records and 30 s steps); every pane and dead letter is judged
 # exactly once from the raw log. Prints one `scale-step:` line per step (the pause until every
@@ -18,7 +18,7 @@ cargo build --release --quiet --tests
 passed=0
 for i in $(seq 1 "$runs"); do
   out=$(mktemp)
-  if cargo test --release --quiet --test kafka_scale -- --nocapture >"$out" 2>&1; then
+  if cargo test --release --quiet --test kafka -- --nocapture scale:: >"$out" 2>&1; then
     passed=$((passed + 1))
   fi
   grep -E '^(scale-step|scale|problem):|panicked|kept in' "$out" || tail -n 30 "$out"

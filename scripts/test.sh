@@ -15,24 +15,42 @@ echo "== cargo clippy (release, all targets, -D warnings)"
 cargo clippy --release --all-targets -- -D warnings
 echo "== cargo test (release; Kafka tests on Tansu)"
 TIDEMARK_TEST_BROKER=tansu cargo test --release "$@"
-# Every Kafka test binary but two: kafka_phantom_leader makes one broker's group fault on purpose
-# (it names Tansu's in kafka::quirks), and kafka_faults runs on librdkafka's mock cluster. noida-db
-# never evicts a member that was killed (kafka::quirks::DEAD_MEMBERS_NOT_EVICTED), so the tests
-# that kill members run there with membership from the log, as a user of that broker would.
-noida_tests=()
-killing=(--test kafka_chaos --test kafka_chaos_hop --test kafka_crash --test kafka_postgres)
-for f in tests/kafka_*.rs; do
-  t=$(basename "$f" .rs)
-  case "$t" in
-    kafka_phantom_leader | kafka_faults | kafka_chaos | kafka_chaos_hop | kafka_crash | kafka_postgres) ;;
-    *) noida_tests+=(--test "$t") ;;
+# The Kafka tests live in one binary (tests/kafka/, one module per group of tests); `only M...`
+# gives the libtest arguments that keep the modules M and skip the others. On noida-db all run
+# but two: wedged_group makes one broker's group fault on purpose (it names Tansu's in
+# kafka::quirks), and injected_faults runs on librdkafka's mock cluster. noida-db never evicts a
+# member that was killed (kafka::quirks::DEAD_MEMBERS_NOT_EVICTED), so the tests that kill
+# members run there with membership from the log, as a user of that broker would.
+modules=()
+for f in tests/kafka/*.rs; do
+  m=$(basename "$f" .rs)
+  [ "$m" = main ] || modules+=("$m")
+done
+only() {
+  local m
+  for m in "${modules[@]}"; do
+    case " $* " in
+      *" $m "*) ;;
+      *) printf '%s\n' --skip "$m::" ;;
+    esac
+  done
+}
+killing=(chaos_direct chaos_hop crash_recovery postgres_sink)
+others=()
+for m in "${modules[@]}"; do
+  case " wedged_group injected_faults ${killing[*]} " in
+    *" $m "*) ;;
+    *) others+=("$m") ;;
   esac
 done
 echo "== cargo test (release; Kafka tests on noida-db)"
-TIDEMARK_TEST_BROKER=noida cargo test --release "${noida_tests[@]}" "$@"
+mapfile -t args < <(only "${others[@]}")
+TIDEMARK_TEST_BROKER=noida cargo test --release --test kafka "$@" -- "${args[@]}"
 echo "== cargo test (release; Kafka tests that kill members, on noida-db, membership from the log)"
-TIDEMARK_TEST_BROKER=noida TIDEMARK__KAFKA__MEMBERSHIP=log cargo test --release "${killing[@]}" "$@"
+mapfile -t args < <(only "${killing[@]}")
+TIDEMARK_TEST_BROKER=noida TIDEMARK__KAFKA__MEMBERSHIP=log cargo test --release --test kafka "$@" -- "${args[@]}"
 # The chaos tests once more with the default membership: the group stops assigning after the
 # first kill there, and the members must move it to membership from the log by themselves.
 echo "== cargo test (release; chaos on noida-db with the default membership, which moves itself)"
-TIDEMARK_TEST_BROKER=noida cargo test --release --test kafka_chaos --test kafka_chaos_hop "$@"
+mapfile -t args < <(only chaos_direct chaos_hop)
+TIDEMARK_TEST_BROKER=noida cargo test --release --test kafka "$@" -- "${args[@]}"

@@ -8,7 +8,7 @@
 //! a phantom group leader, lives here ([`phantom_leader`]).
 //!
 //! Each entry's `seen_on` lists the brokers (with versions) where the behaviour was seen, and
-//! `shown_by` the tests that show it. The tests in `tests/kafka_quirks.rs` probe the broker the
+//! `shown_by` the tests that show it. The tests in `tests/kafka/broker_quirks.rs` probe the broker the
 //! tests run against (`TIDEMARK_TEST_BROKER`) and check it against `seen_on`: a quirk listed for
 //! that broker must show, one not listed must not. CI runs them on every broker in
 //! [`TEST_BROKERS`], so the catalogue stays true both ways.
@@ -30,7 +30,8 @@ pub struct Quirk {
     pub seen_on: &'static [(&'static str, &'static str)],
     /// What tidemark does about it.
     pub remedy: &'static str,
-    /// The tests that show it, as `file::test_name`.
+    /// The tests that show it: `binary/module::test` for a test under `tests/` (run with
+    /// `cargo test --test binary -- module::test`), `module::path::tests::test` for a unit test.
     pub shown_by: &'static [&'static str],
 }
 
@@ -54,7 +55,7 @@ pub const ABORTED_RECORDS_SERVED: Quirk = Quirk {
              transactions are resolved from their COMMIT/ABORT markers (kafka::raw_log). Input \
              from transactional producers that abort is the one place that trusts the broker's \
              filtering; on such a broker their aborted records are processed.",
-    shown_by: &["kafka_quirks::read_committed_hides_aborted_records_or_not"],
+    shown_by: &["kafka/broker_quirks::read_committed_hides_aborted_records_or_not"],
 };
 
 /// Offsets sent with a transaction reach the group late, out of order, or not at all.
@@ -81,8 +82,8 @@ pub const DESCRIPTIONS_WITHOUT_ASSIGNMENTS: Quirk = Quirk {
              committed offset stays put while data waits after it counts as without an owner \
              (kafka::group::StallWatch, BlindWatch).",
     shown_by: &[
-        "kafka_quirks::a_stable_groups_description_carries_assignments_or_not",
-        "kafka_group::a_member_holding_partitions_rejoins_when_another_sits_on_a_partition_for_twice_the_bound",
+        "kafka/broker_quirks::a_stable_groups_description_carries_assignments_or_not",
+        "kafka/membership::a_member_holding_partitions_rejoins_when_another_sits_on_a_partition_for_twice_the_bound",
     ],
 };
 
@@ -96,7 +97,7 @@ pub const STATIC_PHANTOM_LEADER: Quirk = Quirk {
     remedy: "Static membership is off by default; on a wedge judged from the log, the watchdog \
              clears the phantom (phantom_leader::clear) before it rejoins.",
     shown_by: &[
-        "kafka_phantom_leader::a_phantom_leader_wedges_the_group_until_the_watchdog_clears_it",
+        "kafka/wedged_group::a_phantom_leader_wedges_the_group_until_the_watchdog_clears_it",
     ],
 };
 
@@ -110,7 +111,7 @@ pub const LEAVE_BY_INSTANCE_ID_IGNORED: Quirk = Quirk {
     remedy: "None beyond waiting: a static member that rejoins as a dynamic one after a wedge \
              sends the removal anyway (kafka::group::remove_static_members), which a broker \
              that follows KIP-345 honours.",
-    shown_by: &["kafka_quirks::a_static_member_is_removed_by_its_instance_id_or_not"],
+    shown_by: &["kafka/broker_quirks::a_static_member_is_removed_by_its_instance_id_or_not"],
 };
 
 /// Transactional offset commits of a stale generation are accepted.
@@ -123,8 +124,8 @@ pub const NO_GENERATION_FENCING: Quirk = Quirk {
     remedy: "Fencing from the log: members claim their partitions in the claims topic before \
              restoring, and read the claims before each commit (coordinator::claims).",
     shown_by: &[
-        "kafka_quirks::a_stale_generation_commits_offsets_or_not",
-        "kafka_claims::a_member_whose_partition_is_claimed_by_another_aborts_rejoins_and_loses_nothing",
+        "kafka/broker_quirks::a_stale_generation_commits_offsets_or_not",
+        "kafka/claims::a_member_whose_partition_is_claimed_by_another_aborts_rejoins_and_loses_nothing",
     ],
 };
 
@@ -138,7 +139,7 @@ pub const HIGH_WATERMARK_AFTER_BATCH: Quirk = Quirk {
     seen_on: &[("tansu", "0.6.0")],
     remedy: "Whether a partition is caught up is read from its raw log (kafka::raw_log::Peeker), \
              never from a high watermark alone; restores are not sized by one.",
-    shown_by: &["kafka_quirks::the_high_watermark_after_a_batch_is_its_end_or_not"],
+    shown_by: &["kafka/broker_quirks::the_high_watermark_after_a_batch_is_its_end_or_not"],
 };
 
 /// A fetch is answered before the broker has read its log.
@@ -152,7 +153,7 @@ pub const FETCH_ANSWERED_BEFORE_READ: Quirk = Quirk {
              answer that brings nothing while the high watermark lies further on is asked \
              again; a peek's \"no data\" counts only when earned: an answer that shows nothing \
              up to the high watermark is \"don't know\" (kafka::raw_log).",
-    shown_by: &["kafka_quirks::a_fetch_that_may_not_wait_returns_data_or_not"],
+    shown_by: &["kafka/broker_quirks::a_fetch_that_may_not_wait_returns_data_or_not"],
 };
 
 /// A waiting fetch is not answered when data arrives.
@@ -165,7 +166,7 @@ pub const FETCH_HELD_PAST_DATA: Quirk = Quirk {
     remedy: "The consumer's fetch.wait.max.ms is a fifth of the commit interval (5-500 ms), so \
              the hold adds little to a record's latency; restores of one assignment run 8 at a \
              time, since each ends with a fetch that finds nothing new and is held.",
-    shown_by: &["kafka_quirks::a_waiting_fetch_waits_and_returns_when_data_arrives_or_not"],
+    shown_by: &["kafka/broker_quirks::a_waiting_fetch_waits_and_returns_when_data_arrives_or_not"],
 };
 
 /// A fetch that may wait is answered at once.
@@ -183,7 +184,7 @@ pub const FETCH_NOT_HELD: Quirk = Quirk {
              could not stop. tidemark's own raw-log readers pace \
              themselves (the second stage reads the repartition topic every 5 ms while it \
              finds nothing).",
-    shown_by: &["kafka_quirks::a_waiting_fetch_waits_and_returns_when_data_arrives_or_not"],
+    shown_by: &["kafka/broker_quirks::a_waiting_fetch_waits_and_returns_when_data_arrives_or_not"],
 };
 
 /// A re-initialised producer's epoch is bumped before its old transaction's markers land.
@@ -212,8 +213,8 @@ pub const GROUP_KEEPS_ITS_PROTOCOL: Quirk = Quirk {
              for longer than the rebalance timeout plus a session goes back to the cooperative \
              protocol for the rest of its life (coordinator::membership).",
     shown_by: &[
-        "kafka_quirks::an_empty_group_takes_another_protocol_or_not",
-        "kafka_claims::under_the_cooperative_protocol_a_superseded_member_moves_the_group_to_the_eager_one",
+        "kafka/broker_quirks::an_empty_group_takes_another_protocol_or_not",
+        "kafka/claims::under_the_cooperative_protocol_a_superseded_member_moves_the_group_to_the_eager_one",
     ],
 };
 
@@ -230,8 +231,8 @@ pub const COOPERATIVE_FOLLOW_UP_INCOMPLETE: Quirk = Quirk {
              by another member, and moves the whole group to the eager protocol through the \
              claims topic (kafka::assignor).",
     shown_by: &[
-        "kafka_group::members_join_leave_and_die_without_loss_or_duplicates_with_cooperative_sticky",
-        "kafka_claims::under_the_cooperative_protocol_a_superseded_member_moves_the_group_to_the_eager_one",
+        "kafka/membership::members_join_leave_and_die_without_loss_or_duplicates_with_cooperative_sticky",
+        "kafka/claims::under_the_cooperative_protocol_a_superseded_member_moves_the_group_to_the_eager_one",
     ],
 };
 
@@ -251,8 +252,8 @@ pub const ACKED_WRITES_LOST_ON_KILL: Quirk = Quirk {
              that broker with SIGTERM; the SIGKILL test judges no pane twice, no gap, and the \
              windows after the kill.",
     shown_by: &[
-        "kafka_broker_kill::whether_the_broker_keeps_what_it_acknowledged_across_a_sigkill",
-        "kafka_broker_kill::a_pipeline_whose_broker_is_killed_commits_no_pane_twice_and_goes_on",
+        "kafka/broker_stopped::whether_the_broker_keeps_what_it_acknowledged_across_a_sigkill",
+        "kafka/broker_stopped::a_pipeline_whose_broker_is_killed_commits_no_pane_twice_and_goes_on",
     ],
 };
 
@@ -279,11 +280,11 @@ pub const DEAD_MEMBERS_NOT_EVICTED: Quirk = Quirk {
              from the offsets it stored and the raw log: it rejoins, then moves the sink's \
              group to membership from the log by itself.",
     shown_by: &[
-        "kafka_quirks::a_member_that_dies_is_evicted_after_its_session_or_not",
-        "kafka_group::members_sharing_partitions_through_the_log_join_leave_and_die_without_loss_or_duplicates",
-        "kafka_group::a_group_that_stays_wedged_moves_to_membership_from_the_log_and_finishes_the_input",
-        "kafka_group::members_join_leave_and_die_without_loss_or_duplicates_with_range",
-        "kafka_postgres::a_sink_whose_own_group_wedges_makes_progress",
+        "kafka/broker_quirks::a_member_that_dies_is_evicted_after_its_session_or_not",
+        "kafka/membership::members_sharing_partitions_through_the_log_join_leave_and_die_without_loss_or_duplicates",
+        "kafka/membership::a_group_that_stays_wedged_moves_to_membership_from_the_log_and_finishes_the_input",
+        "kafka/membership::members_join_leave_and_die_without_loss_or_duplicates_with_range",
+        "kafka/postgres_sink::a_sink_whose_own_group_wedges_makes_progress",
     ],
 };
 
@@ -301,7 +302,7 @@ pub const APPENDS_VISIBLE_OUT_OF_ORDER: Quirk = Quirk {
              chaos summary counts both.",
     shown_by: &[
         "kafka::raw_log::committed_reader::tests::reads_wait_at_a_hole_until_it_fills",
-        "kafka_chaos_hop::the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once",
+        "kafka/chaos_hop::the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once",
     ],
 };
 

@@ -2,7 +2,7 @@
 //! by `audit`, never by the broker's read_committed filtering) equals `tidemark simulate` run on each
 //! partition's records, nothing is duplicated, and bad records reach the dead-letter topic.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 use tidemark::kafka::raw_log::read_topic;

@@ -16,7 +16,7 @@
 //! broker once took 19.5 s to give every member partitions) set the strength;
 //! `scripts/scale-steps.sh` runs it at 60,000 records and 20 s per step.
 
-mod common;
+use crate::common;
 
 use common::chaos;
 use common::hop::{self, HopScenario, Keys};

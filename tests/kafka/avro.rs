@@ -2,7 +2,7 @@
 //! and dead-letter envelopes out (Confluent-framed, `schemas/*.avsc`). Every input record is
 //! accounted for: counted in exactly one final pane, or present in the dead-letter topic.
 
-mod common;
+use crate::common;
 
 use apache_avro::types::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -166,7 +166,7 @@ state_dir = "{}"
 
     // The sums too, against the input decoded here with the payment schema (no tidemark code):
     // every amount that decodes is in a final pane or in a late dead letter.
-    let payment = parse_schema("payment", include_str!("../schemas/payment.avsc")).unwrap();
+    let payment = parse_schema("payment", include_str!("../../schemas/payment.avsc")).unwrap();
     let amount = |bytes: &[u8]| -> Option<f64> {
         let v = decode_value(&payment, Framing::Confluent, bytes).ok()?;
         match fields(v).remove("amount")? {

@@ -1,7 +1,7 @@
 //! The independent reference fold of `tests/common/reference.rs`, checked on a hand-worked input:
 //! the checks that lean on it are only as good as it is.
 
-mod common;
+use crate::common;
 
 use common::reference::{compare, last_panes, tumbling};
 use std::collections::BTreeSet;

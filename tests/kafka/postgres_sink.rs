@@ -6,7 +6,7 @@
 //! (the higher epoch wins). A table with other columns is refused at start, naming the
 //! difference.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::collections::BTreeMap;

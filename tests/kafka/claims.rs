@@ -5,7 +5,7 @@
 //! Under the cooperative rebalance protocol that is also a rebalance gone wrong: the member moves
 //! the group to the eager protocol (the claims topic records it) and joins with that.
 
-mod common;
+use crate::common;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};

@@ -3,7 +3,7 @@
 //! against a small Confluent-compatible registry served by the test, and pane and dead-letter
 //! encodings read back with `schemas/*.avsc`.
 
-mod common;
+use crate::common;
 
 use apache_avro::types::Value;
 use apache_avro::Schema;

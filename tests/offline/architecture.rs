@@ -458,15 +458,24 @@ fn only_the_quirks_module_names_a_broker() {
 
 #[test]
 fn every_quirk_is_shown_by_a_test_that_exists() {
-    // `shown_by` entries are `binary::test` for tests/ and `module::path::tests::test` for unit
-    // tests: the function must exist where the entry says.
+    // `shown_by` entries are `binary/module::test` for tests/ and `module::path::tests::test`
+    // for unit tests: the function must exist where the entry says.
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     for quirk in tidemark::kafka::quirks::ALL {
         for shown in quirk.shown_by {
-            let parts: Vec<&str> = shown.split("::").collect();
+            let (binary, path) = shown.split_once('/').unwrap_or(("", shown));
+            let parts: Vec<&str> = path.split("::").collect();
             let name = parts.last().unwrap();
-            let file = if parts.len() == 2 {
-                root.join("tests").join(format!("{}.rs", parts[0]))
+            let file = if !binary.is_empty() {
+                assert_eq!(
+                    parts.len(),
+                    2,
+                    "{}: {shown}: not binary/module::test",
+                    quirk.name
+                );
+                root.join("tests")
+                    .join(binary)
+                    .join(format!("{}.rs", parts[0]))
             } else {
                 let module: Vec<&str> = parts[..parts.len() - 1]
                     .iter()

@@ -4,7 +4,7 @@
 //! scraped, every alert rule loads and evaluates without error, every Grafana dashboard query
 //! answers with data, and that killing a member puts the member-down alert into pending or firing.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::path::PathBuf;

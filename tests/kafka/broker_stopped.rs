@@ -13,7 +13,7 @@
 //! Brokers that keep their log in memory (Tansu's memory storage) lose every topic when they
 //! stop: the durable tests end early there, saying so.
 
-mod common;
+use crate::common;
 
 use common::*;
 use rdkafka::consumer::{BaseConsumer, Consumer};

@@ -2,10 +2,10 @@
 //! members joining, leaving and dying while input flows, and a group whose leader assigns nothing
 //! (noticed, left and rejoined; when that stays so, the group moves to membership from the log).
 //! Output stays complete and exactly-once.
-//! Members are dynamic (see `common::dynamic`); static membership is exercised by kafka_crash.rs
+//! Members are dynamic (see `common::dynamic`); static membership is exercised by tests/kafka/crash_recovery.rs
 //! (one member restarted with its group.instance.id) and measured by benches/restart.rs.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::{Duration, Instant};

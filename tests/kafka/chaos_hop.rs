@@ -21,10 +21,10 @@
 //! partial aggregates. The two runs take turns, never overlapping.
 //!
 //! `TIDEMARK_CHAOS_KILLS` (default 8, CI's short variant), `TIDEMARK_CHAOS_RECORDS` (default
-//! 20,000), `TIDEMARK_CHAOS_SEED` and `TIDEMARK_CHAOS_STATIC=1` as for `tests/kafka_chaos.rs`;
+//! 20,000), `TIDEMARK_CHAOS_SEED` and `TIDEMARK_CHAOS_STATIC=1` as for `tests/kafka/chaos_direct.rs`;
 //! `scripts/chaos.sh` runs both. Each run prints one summary line starting with `chaos-hop:`.
 
-mod common;
+use crate::common;
 
 use common::chaos;
 use common::hop::{self, HopScenario, Keys};

@@ -14,7 +14,7 @@
 //! a run's random choices; `TIDEMARK_CHAOS_STATIC=1` makes the members static (see `start`). It
 //! prints one summary line starting with `chaos:`.
 
-mod common;
+use crate::common;
 
 use common::chaos;
 use std::collections::{BTreeMap, BTreeSet};

@@ -5,7 +5,7 @@
 //! changes nothing, and a replay killed before its commit leaves the old position. A changed
 //! pipeline definition is refused at start; a Kafka-only change is not.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! `tidemark audit` against a real broker: committed, aborted and open transactions are resolved
 //! from the raw log, duplicates of (dedup_id, pane_index) and pane-index gaps are found.
 
-mod common;
+use crate::common;
 
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};

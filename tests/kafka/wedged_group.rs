@@ -11,7 +11,7 @@
 //! heartbeat evicts it, lets C join, and checks the wedge (syncs refused, the leader named A). Then the remedy runs, and the test checks that a member
 //! leads again and can hand out assignments.
 
-mod common;
+use crate::common;
 
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;

@@ -4,7 +4,7 @@
 //! quirk not listed does not (the broker behaves as Apache Kafka does). CI runs this binary on
 //! every test broker, so the catalogue is checked both ways.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::{Broker, BrokerKind};

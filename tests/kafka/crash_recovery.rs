@@ -10,7 +10,7 @@
 //! aggregate state (exact sets and counts, both sketches, moments, first and last, duration)
 //! through kills, restores and session merges.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -18,7 +18,7 @@
 //! * `repartition = false` dead-letters a record whose key is not its grouping key
 //!   (`key_mismatch`), and a repartition topic with another partition count is refused.
 
-mod common;
+use crate::common;
 
 use common::hop::{self, HopScenario, Keys};
 use common::{run_tidemark, start_member_logged, stop_member, wait_for_log, Broker};

@@ -2,7 +2,7 @@
 //! broker. The counters are checked against what the raw log says was committed, so a metric that
 //! counts aborted work, double counts or misses a partition fails here.
 
-mod common;
+use crate::common;
 
 use common::{free_port, http_get as get};
 use std::collections::BTreeMap;

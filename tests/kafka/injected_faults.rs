@@ -12,7 +12,7 @@
 //! fencing tests). Wrong rewinding (state counted twice, offsets skipped) shows up as a value that
 //! differs from `simulate` or a missing pane.
 
-mod common;
+use crate::common;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;

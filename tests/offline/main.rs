@@ -1,0 +1,23 @@
+//! The tests that need no broker, in one binary:
+//! * the engine: `golden` (hand-worked scenarios through `simulate`), `engine_props`
+//!   (properties of windows, sessions and merges), `simulate_bytes` (bad bytes become dead
+//!   letters), `reference` (the independent fold the Kafka tests judge with);
+//! * formats and the command line: `avro`, `cli`;
+//! * the code's shape: `architecture` (imports without circles, parts that own their state,
+//!   broker quirks in one room);
+//! * deployment files: `ops` (Docker Compose, Dockerfile, Prometheus), `k8s` (the Kubernetes
+//!   manifests), `stack` (the ops stack started for real without Docker).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod architecture;
+mod avro;
+mod cli;
+mod engine_props;
+mod golden;
+mod k8s;
+mod ops;
+mod reference;
+mod simulate_bytes;
+mod stack;
