@@ -142,92 +142,140 @@ pub(super) fn leaders(
     Ok(out)
 }
 
-/// Connections to partition leaders, opened on first use.
-pub(super) struct Leaders {
-    clients: HashMap<String, RawClient>,
+/// The cluster as every raw-log reader reaches it: the connection to the first bootstrap server,
+/// the leader of each partition of the topics read (asked on first use, and afresh after an
+/// error, since leaders move), and one connection per leader, opened on first use. A connection
+/// that fails is dropped and opened afresh next time: a broker that restarted closed the old one,
+/// and a reader that kept it would fail for ever.
+pub(super) struct Cluster {
+    addr: String,
+    bootstrap: Option<RawClient>,
+    leaders: HashMap<String, BTreeMap<i32, String>>,
+    conns: HashMap<String, RawClient>,
 }
 
-impl Leaders {
-    /// No connections yet.
-    pub(super) fn new() -> Leaders {
-        Leaders {
-            clients: HashMap::new(),
+impl Cluster {
+    /// Connects to the first bootstrap server at once, so that a wrong address fails where the
+    /// reader is made.
+    pub(super) fn connect(bootstrap: &str) -> Result<Cluster, RawLogError> {
+        Ok(Cluster {
+            addr: bootstrap.to_string(),
+            bootstrap: Some(connect(bootstrap)?),
+            leaders: HashMap::new(),
+            conns: HashMap::new(),
+        })
+    }
+
+    /// The partitions of `topic` and their leaders' addresses, asked afresh.
+    pub(super) fn refresh(&mut self, topic: &str) -> Result<&BTreeMap<i32, String>, RawLogError> {
+        let client = match &mut self.bootstrap {
+            Some(c) => c,
+            None => self.bootstrap.insert(connect(&self.addr)?),
+        };
+        match leaders(client, topic) {
+            Ok(l) => Ok(self
+                .leaders
+                .entry(topic.to_string())
+                .insert_entry(l)
+                .into_mut()),
+            Err(e) => {
+                self.bootstrap = None;
+                Err(e)
+            }
         }
     }
 
-    /// Drops the connection to `addr` (it is opened afresh on next use).
-    pub(super) fn forget(&mut self, addr: &str) {
-        self.clients.remove(addr);
+    /// The partitions of `topic` and their leaders' addresses, asked on first use.
+    pub(super) fn leaders(&mut self, topic: &str) -> Result<&BTreeMap<i32, String>, RawLogError> {
+        if !self.leaders.contains_key(topic) {
+            self.refresh(topic)?;
+        }
+        Ok(&self.leaders[topic])
     }
 
-    /// The connection to `addr`, opened on first use.
-    pub(super) fn get(&mut self, addr: &str) -> Result<&mut RawClient, RawLogError> {
-        if !self.clients.contains_key(addr) {
-            self.clients
+    /// The partitions `parts` (partition, offset) of `topic` grouped by leader, in the order
+    /// given. A partition no leader is known for is asked for afresh once; one the topic does not
+    /// have is an error.
+    pub(super) fn by_leader(
+        &mut self,
+        topic: &str,
+        parts: impl IntoIterator<Item = (i32, i64)> + Clone,
+    ) -> Result<BTreeMap<String, Vec<(i32, i64)>>, RawLogError> {
+        let known = self.leaders(topic)?;
+        if parts
+            .clone()
+            .into_iter()
+            .any(|(p, _)| !known.contains_key(&p))
+        {
+            self.refresh(topic)?;
+        }
+        let leaders = &self.leaders[topic];
+        let mut out: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
+        for (p, offset) in parts {
+            let addr = leaders.get(&p).ok_or_else(|| no_partition(topic, p))?;
+            out.entry(addr.clone()).or_default().push((p, offset));
+        }
+        Ok(out)
+    }
+
+    /// The address of the leader of partition `p` of `topic`.
+    pub(super) fn leader(&mut self, topic: &str, p: i32) -> Result<String, RawLogError> {
+        let mut by = self.by_leader(topic, [(p, 0)])?;
+        Ok(by.pop_first().expect("one partition asked for").0)
+    }
+
+    /// The connection to the broker at `addr`, opened on first use.
+    pub(super) fn client(&mut self, addr: &str) -> Result<&mut RawClient, RawLogError> {
+        if !self.conns.contains_key(addr) {
+            self.conns
                 .insert(addr.to_string(), RawClient::connect(addr)?);
         }
-        Ok(self.clients.get_mut(addr).expect("inserted"))
+        Ok(self.conns.get_mut(addr).expect("inserted"))
     }
 
-    /// Sends `req` to the broker at `addr`. On an error the connection is dropped (it is opened
-    /// afresh next time); the caller forgets its leaders, which may have moved.
+    /// Forgets what an error puts in doubt: the connection to `addr` and every leader known.
+    pub(super) fn forget(&mut self, addr: &str) {
+        self.conns.remove(addr);
+        self.forget_leaders();
+    }
+
+    /// Forgets every leader known (an answer said a partition's leader is elsewhere, or failed):
+    /// they are asked afresh on next use.
+    pub(super) fn forget_leaders(&mut self) {
+        self.leaders.clear();
+    }
+
+    /// Sends `req` to the broker at `addr`. On an error the connection and the leaders known are
+    /// dropped (see [`Cluster::forget`]).
     pub(super) fn fetch(
         &mut self,
         addr: &str,
         req: &FetchRequest,
     ) -> Result<FetchResponse, RawLogError> {
         let result = self
-            .get(addr)
+            .client(addr)
             .and_then(|c| c.request(ApiKey::Fetch, FETCH_VERSION, req));
         if result.is_err() {
-            self.clients.remove(addr);
+            self.forget(addr);
         }
         result
     }
 }
 
-/// The connection to the first bootstrap server, opened again after an error: a broker that
-/// restarted closed the old one, and a reader that kept it would fail for ever.
-pub(super) struct Bootstrap {
-    addr: String,
-    client: Option<RawClient>,
-}
-
-impl Bootstrap {
-    /// Connects at once, so that a wrong address fails where the reader is made.
-    pub(super) fn connect(bootstrap: &str) -> Result<Bootstrap, RawLogError> {
-        Ok(Bootstrap {
-            addr: bootstrap.to_string(),
-            client: Some(connect(bootstrap)?),
-        })
-    }
-
-    /// The topic's partitions and their leaders' addresses; on an error the connection is
-    /// dropped and opened afresh next time.
-    pub(super) fn leaders(&mut self, topic: &str) -> Result<BTreeMap<i32, String>, RawLogError> {
-        let client = match &mut self.client {
-            Some(c) => c,
-            None => self.client.insert(connect(&self.addr)?),
-        };
-        let result = leaders(client, topic);
-        if result.is_err() {
-            self.client = None;
-        }
-        result
+/// The error for a partition `topic` does not have (UNKNOWN_TOPIC_OR_PARTITION).
+pub(super) fn no_partition(topic: &str, p: i32) -> RawLogError {
+    RawLogError::Broker {
+        code: 3,
+        what: format!("{topic} has no partition {p}"),
     }
 }
 
-/// A connection to the leader of partition `partition` of `topic`.
+/// A connection of its own to the leader of partition `partition` of `topic`, for one long read.
 pub(super) fn leader_of(
     bootstrap: &str,
     topic: &str,
     partition: i32,
 ) -> Result<RawClient, RawLogError> {
-    let mut client = connect(bootstrap)?;
-    let leaders = leaders(&mut client, topic)?;
-    let addr = leaders.get(&partition).ok_or_else(|| RawLogError::Broker {
-        code: 3,
-        what: format!("{topic} has no partition {partition}"),
-    })?;
-    RawClient::connect(addr)
+    let addr = Cluster::connect(bootstrap)?.leader(topic, partition)?;
+    RawClient::connect(&addr)
 }

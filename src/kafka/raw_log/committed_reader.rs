@@ -20,10 +20,7 @@ use std::collections::BTreeMap;
 /// stall a partition for ever.
 pub struct CommittedReader {
     topic: String,
-    bootstrap: Bootstrap,
-    conns: Leaders,
-    /// Leader address per partition, asked afresh after an error.
-    leaders: BTreeMap<i32, String>,
+    cluster: Cluster,
     parts: BTreeMap<i32, ReadPart>,
     transaction_timeout: i64,
     /// Rotates the order of partitions in requests: some brokers fill a response from its first
@@ -131,9 +128,7 @@ impl CommittedReader {
     ) -> Result<CommittedReader, RawLogError> {
         Ok(CommittedReader {
             topic: topic.to_string(),
-            bootstrap: Bootstrap::connect(bootstrap)?,
-            conns: Leaders::new(),
-            leaders: BTreeMap::new(),
+            cluster: Cluster::connect(bootstrap)?,
             parts: BTreeMap::new(),
             transaction_timeout,
             turn: 0,
@@ -181,20 +176,10 @@ impl CommittedReader {
         if self.parts.is_empty() {
             return Ok(0);
         }
-        if self.parts.keys().any(|p| !self.leaders.contains_key(p)) {
-            self.leaders = self.bootstrap.leaders(&self.topic)?;
-        }
-        let mut by_leader: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
-        for (&p, part) in &self.parts {
-            let addr = self.leaders.get(&p).ok_or_else(|| RawLogError::Broker {
-                code: 3,
-                what: format!("{} has no partition {p}", self.topic),
-            })?;
-            by_leader
-                .entry(addr.clone())
-                .or_default()
-                .push((p, part.fetch_offset));
-        }
+        let by_leader = self.cluster.by_leader(
+            &self.topic,
+            self.parts.iter().map(|(&p, part)| (p, part.fetch_offset)),
+        )?;
         self.turn = self.turn.wrapping_add(1);
         let max_wait_ms = if self.behind {
             max_wait_ms.max(BEHIND_WAIT_MS)
@@ -220,15 +205,9 @@ impl CommittedReader {
                     partition_max_bytes: 4 << 20,
                 },
             );
-            let resp = match self.conns.fetch(&addr, &req) {
-                Ok(r) => r,
-                Err(e) => {
-                    self.leaders.clear();
-                    return Err(e);
-                }
-            };
+            let resp = self.cluster.fetch(&addr, &req)?;
             if resp.error_code != 0 {
-                self.leaders.clear();
+                self.cluster.forget_leaders();
                 return Err(RawLogError::Broker {
                     code: resp.error_code,
                     what: format!("fetch {}", self.topic),
@@ -241,7 +220,7 @@ impl CommittedReader {
                         continue;
                     };
                     if fp.error_code != 0 {
-                        self.leaders.clear();
+                        self.cluster.forget_leaders();
                         return Err(RawLogError::Broker {
                             code: fp.error_code,
                             what: format!("fetch {}/{p}@{}", self.topic, part.fetch_offset),

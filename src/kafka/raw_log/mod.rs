@@ -5,7 +5,9 @@
 //! collected. Restore, `audit`, `tail` and the tests read through it: nothing in tidemark trusts a
 //! broker's `read_committed` filtering (some brokers serve aborted records, see ARCHITECTURE.md).
 //!
-//! * `client` — the connection, the leaders, and connections to them;
+//! * `client` — one connection (`RawClient`), and the `Cluster` every reader reaches the brokers
+//!   through: the leader of each partition and a connection per leader, dropped and asked afresh
+//!   after an error;
 //! * `fetch` — Fetch requests and their answers decoded into records;
 //! * `resolve` — the transaction resolver (pure, with its tests);
 //! * `read` — whole reads: a partition, a topic, a follower, a dump;

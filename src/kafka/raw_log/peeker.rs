@@ -6,7 +6,7 @@ use super::resolve::StreamResolver;
 use super::*;
 use bytes::Buf;
 use kafka_protocol::records::{Record, RecordBatchDecoder};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 
 /// Says whether partitions of a topic hold a data record at or after a given offset, from the raw
@@ -15,10 +15,7 @@ use std::convert::Infallible;
 /// Control records (transaction markers) do not count, nor do records of a transaction that the
 /// same answer shows aborted.
 pub struct Peeker {
-    bootstrap: Bootstrap,
-    conns: Leaders,
-    /// Leaders per topic, asked on first use and again after an error.
-    leaders: HashMap<String, BTreeMap<i32, String>>,
+    cluster: Cluster,
 }
 
 impl std::fmt::Debug for Peeker {
@@ -31,9 +28,7 @@ impl Peeker {
     /// Connects to the first bootstrap server.
     pub fn connect(bootstrap: &str) -> Result<Peeker, RawLogError> {
         Ok(Peeker {
-            bootstrap: Bootstrap::connect(bootstrap)?,
-            conns: Leaders::new(),
-            leaders: HashMap::new(),
+            cluster: Cluster::connect(bootstrap)?,
         })
     }
 
@@ -46,20 +41,7 @@ impl Peeker {
         topic: &str,
         wanted: &[(i32, i64)],
     ) -> Result<BTreeMap<i32, bool>, RawLogError> {
-        if !self.leaders.contains_key(topic) {
-            let l = self.bootstrap.leaders(topic)?;
-            self.leaders.insert(topic.to_string(), l);
-        }
-        let mut by_leader: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
-        for &(p, offset) in wanted {
-            let addr = self.leaders[topic]
-                .get(&p)
-                .ok_or_else(|| RawLogError::Broker {
-                    code: 3,
-                    what: format!("{topic} has no partition {p}"),
-                })?;
-            by_leader.entry(addr.clone()).or_default().push((p, offset));
-        }
+        let by_leader = self.cluster.by_leader(topic, wanted.iter().copied())?;
         let mut out = BTreeMap::new();
         for (addr, parts) in by_leader {
             let req = fetch_request(
@@ -73,13 +55,7 @@ impl Peeker {
                     partition_max_bytes: 64 << 10,
                 },
             );
-            let resp = match self.conns.fetch(&addr, &req) {
-                Ok(r) => r,
-                Err(e) => {
-                    self.leaders.remove(topic);
-                    return Err(e);
-                }
-            };
+            let resp = self.cluster.fetch(&addr, &req)?;
             for t in resp.responses {
                 for fp in t.partitions {
                     let p = fp.partition_index;
@@ -108,7 +84,7 @@ impl Peeker {
                         // Before the log's start: data unless the log is empty.
                         OFFSET_OUT_OF_RANGE => fp.log_start_offset < fp.high_watermark,
                         code => {
-                            self.leaders.remove(topic);
+                            self.cluster.forget_leaders();
                             return Err(RawLogError::Broker {
                                 code,
                                 what: format!("fetch {topic}/{p}@{offset}"),

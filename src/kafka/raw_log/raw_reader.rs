@@ -12,9 +12,7 @@ use super::*;
 pub struct RawPartitionReader {
     topic: String,
     partition: i32,
-    bootstrap: Bootstrap,
-    conns: Leaders,
-    leader: Option<String>,
+    cluster: Cluster,
 }
 
 impl std::fmt::Debug for RawPartitionReader {
@@ -39,9 +37,7 @@ impl RawPartitionReader {
         Ok(RawPartitionReader {
             topic: topic.to_string(),
             partition,
-            bootstrap: Bootstrap::connect(bootstrap)?,
-            conns: Leaders::new(),
-            leader: None,
+            cluster: Cluster::connect(bootstrap)?,
         })
     }
 
@@ -53,27 +49,13 @@ impl RawPartitionReader {
     pub fn read_from(&mut self, from: i64) -> Result<(Vec<RawRecord>, i64), RawLogError> {
         let result = self.read_inner(from);
         if result.is_err() {
-            self.leader = None;
+            self.cluster.forget_leaders();
         }
         result
     }
 
     pub(super) fn read_inner(&mut self, from: i64) -> Result<(Vec<RawRecord>, i64), RawLogError> {
-        let addr = match &self.leader {
-            Some(a) => a.clone(),
-            None => {
-                let l = self.bootstrap.leaders(&self.topic)?;
-                let a = l
-                    .get(&self.partition)
-                    .cloned()
-                    .ok_or_else(|| RawLogError::Broker {
-                        code: 3,
-                        what: format!("{} has no partition {}", self.topic, self.partition),
-                    })?;
-                self.leader = Some(a.clone());
-                a
-            }
-        };
+        let addr = self.cluster.leader(&self.topic, self.partition)?;
         let (topic, partition) = (self.topic.as_str(), self.partition);
         let mut out = Vec::new();
         let mut offset = from;
@@ -92,7 +74,7 @@ impl RawPartitionReader {
                     partition_max_bytes: 4 << 20,
                 },
             );
-            let resp = self.conns.fetch(&addr, &req)?;
+            let resp = self.cluster.fetch(&addr, &req)?;
             let mut high_watermark = -1;
             let before = offset;
             for p in fetched_partitions(resp, topic, partition, offset)? {

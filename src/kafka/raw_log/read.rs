@@ -42,8 +42,7 @@ pub fn stream_partition<E: From<RawLogError>>(
 /// partition leader) from one read to the next, for readers that poll.
 pub struct TopicReader {
     topic: String,
-    bootstrap: Bootstrap,
-    conns: Leaders,
+    cluster: Cluster,
 }
 
 impl TopicReader {
@@ -51,14 +50,13 @@ impl TopicReader {
     pub fn connect(bootstrap: &str, topic: &str) -> Result<TopicReader, RawLogError> {
         Ok(TopicReader {
             topic: topic.to_string(),
-            bootstrap: Bootstrap::connect(bootstrap)?,
-            conns: Leaders::new(),
+            cluster: Cluster::connect(bootstrap)?,
         })
     }
 
     /// The topic's partitions and their leaders' addresses, asked afresh (leaders move).
     pub(super) fn leaders(&mut self) -> Result<BTreeMap<i32, String>, RawLogError> {
-        self.bootstrap.leaders(&self.topic)
+        self.cluster.refresh(&self.topic).cloned()
     }
 
     /// Reads every partition from `from(partition)` to its end and resolves its transactions.
@@ -88,13 +86,13 @@ impl TopicReader {
         for (p, addr) in self.leaders()? {
             if wanted(p) {
                 let read = self
-                    .conns
-                    .get(&addr)
+                    .cluster
+                    .client(&addr)
                     .and_then(|client| resolve(client, &self.topic, p, from(p)));
                 match read {
                     Ok(log) => out.insert(p, log),
                     Err(e) => {
-                        self.conns.forget(&addr);
+                        self.cluster.forget(&addr);
                         return Err(e);
                     }
                 };
@@ -144,7 +142,7 @@ pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicLog, RawLogError>
     let mut reader = TopicReader::connect(bootstrap, topic)?;
     let mut log = TopicLog::default();
     for (&p, addr) in &reader.leaders()? {
-        let client = reader.conns.get(addr)?;
+        let client = reader.cluster.client(addr)?;
         let part = resolve(client, topic, p, 0)?;
         log.aborted += part.aborted_offsets.len();
         log.open += part.open;
@@ -187,7 +185,7 @@ pub fn dump_topic(bootstrap: &str, topic: &str) -> Result<Vec<DumpedRecord>, Raw
     let mut reader = TopicReader::connect(bootstrap, topic)?;
     let mut out = Vec::new();
     for (&p, addr) in &reader.leaders()? {
-        let client = reader.conns.get(addr)?;
+        let client = reader.cluster.client(addr)?;
         let (records, _) = fetch_partition(client, topic, p, 0, 0)?;
         let mut committed = std::collections::BTreeSet::new();
         let log = resolve_records(p, 0, records.iter().cloned(), |r| {
