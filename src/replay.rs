@@ -243,8 +243,10 @@ fn group_members(consumer: &BaseConsumer, group: &str) -> Result<Vec<String>, Re
 /// With membership from the log: the processes the claims topic shows live (heard from within
 /// the session timeout, and not gone since).
 fn log_members(k: &KafkaSpec) -> Result<Vec<String>, ReplayError> {
-    let log = crate::kafka::raw_log::read_partition(&k.bootstrap_servers, &k.claims_topic, 0, 0)
+    let mut logs = crate::kafka::raw_log::LogReader::connect(&k.bootstrap_servers)
+        .and_then(|mut reader| reader.committed(&k.claims_topic, |p| p == 0, |_| 0))
         .map_err(|e| ReplayError::Kafka(format!("reading {}: {e}", k.claims_topic)))?;
+    let log = logs.remove(&0).unwrap_or_default();
     let wall = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);

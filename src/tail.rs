@@ -6,8 +6,7 @@
 //! key, window in local time, timing, pane index, count and the aggregates.
 
 use crate::format::pane::PaneRecord;
-use crate::kafka::raw_log::{Follow, RawLogError, RawRecord, TopicReader};
-use std::collections::BTreeMap;
+use crate::kafka::raw_log::{Following, LogReader, RawLogError, RawRecord};
 use std::time::Duration;
 
 /// A window as local times: the start in full, the end as a time when it is on the same day.
@@ -86,8 +85,9 @@ pub fn line(row: &PaneRecord, tz: &impl chrono::TimeZone<Offset: std::fmt::Displ
     line
 }
 
-/// Follows every partition of `topic`, handing each committed record to `show` once; polls every
-/// `every` and stops after one pass when `once` is set.
+/// Follows every partition of `topic` from its start, handing each committed record to `show`
+/// once; polls every `every`, and stops once every partition is read to its end when `once` is
+/// set. A partition added to the topic is followed from the next poll on.
 pub fn follow(
     bootstrap: &str,
     topic: &str,
@@ -95,14 +95,23 @@ pub fn follow(
     every: Duration,
     mut show: impl FnMut(&RawRecord) -> Result<(), RawLogError>,
 ) -> Result<(), RawLogError> {
-    let mut reader = TopicReader::connect(bootstrap, topic)?;
-    let mut parts: BTreeMap<i32, Follow> = BTreeMap::new();
+    let mut reader = LogReader::connect(bootstrap)?;
+    let mut following = Following::new(topic);
+    let mut fresh = Vec::new();
     loop {
-        let logs = reader.read(|p| parts.get(&p).map_or(0, |f| f.from))?;
-        for (p, log) in logs {
-            for r in parts.entry(p).or_default().fresh(&log) {
-                show(r)?;
+        if !following.is_behind() {
+            for p in reader.partitions(topic)? {
+                if following.resume_at(p).is_none() {
+                    following.follow(p, 0);
+                }
             }
+        }
+        reader.poll(&mut following, 0, |r| fresh.push(r))?;
+        for r in fresh.drain(..) {
+            show(&r)?;
+        }
+        if following.is_behind() {
+            continue;
         }
         if once {
             return Ok(());

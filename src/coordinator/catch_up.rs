@@ -2,13 +2,13 @@
 //!
 //! An input partition may count as idle (and stop holding the watermark back) only when it is
 //! caught up: a look at its raw log from the member's very position found no data record after
-//! it (`raw_log::Peeker`), not a high watermark some brokers misreport. The looks are kept here,
+//! it (`raw_log::LogReader::peek`), not a high watermark some brokers misreport. The looks are kept here,
 //! with the connection they are made on; the coordinator says which partitions are quiet enough
 //! to need one.
 
 use super::parts::{Part, Source};
 use super::settings::{Settings, Topology};
-use crate::kafka::raw_log::Peeker;
+use crate::kafka::raw_log::LogReader;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,7 @@ struct Look {
 #[derive(Debug)]
 pub(super) struct CatchUp {
     bootstrap: String,
-    peeker: Option<Peeker>,
+    reader: Option<LogReader>,
     looks: HashMap<(String, i32), Look>,
 }
 
@@ -42,7 +42,7 @@ impl CatchUp {
     pub(super) fn new(bootstrap: &str) -> CatchUp {
         CatchUp {
             bootstrap: bootstrap.to_string(),
-            peeker: None,
+            reader: None,
             looks: HashMap::new(),
         }
     }
@@ -107,18 +107,18 @@ impl CatchUp {
         if wanted.is_empty() {
             return;
         }
-        if self.peeker.is_none() {
-            match Peeker::connect(&self.bootstrap) {
-                Ok(p) => self.peeker = Some(p),
+        if self.reader.is_none() {
+            match LogReader::connect(&self.bootstrap) {
+                Ok(p) => self.reader = Some(p),
                 Err(e) => {
                     tracing::warn!("looking at the input's raw log: {e}");
                     return;
                 }
             }
         }
-        let peeker = self.peeker.as_mut().expect("connected above");
+        let reader = self.reader.as_mut().expect("connected above");
         for (topic, parts) in wanted {
-            match peeker.data_after(&topic, &parts) {
+            match reader.peek(&topic, &parts) {
                 Ok(found) => {
                     for (p, position) in parts {
                         // No answer for a partition: data may lie there.
@@ -128,7 +128,7 @@ impl CatchUp {
                 }
                 Err(e) => {
                     tracing::warn!("looking at the raw log of {topic}: {e}");
-                    self.peeker = None;
+                    self.reader = None;
                     return;
                 }
             }

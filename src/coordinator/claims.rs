@@ -36,7 +36,7 @@
 
 use super::errors::CycleError;
 use super::transaction::Transaction;
-use crate::kafka::raw_log::{RawLogError, RawPartitionReader};
+use crate::kafka::raw_log::{LogReader, RawLogError, RawRecord};
 use crate::kafka::{assignor, roster};
 use rdkafka::producer::BaseRecord;
 use std::collections::HashMap;
@@ -197,7 +197,9 @@ pub(super) fn process_token(instance_id: &str) -> String {
 /// A member's claims: its book, and its reader of the claims topic.
 pub(super) struct Claims {
     book: ClaimBook,
-    reader: RawPartitionReader,
+    reader: LogReader,
+    /// The claims topic (one partition).
+    topic: String,
     /// Held partitions found claimed by another process in a look outside the commit cycle,
     /// for the next cycle's check.
     pending: Vec<TopicPartition>,
@@ -214,13 +216,14 @@ impl Claims {
         topic: &str,
         instance_id: &str,
     ) -> Result<Claims, RawLogError> {
-        let mut reader = RawPartitionReader::connect(bootstrap, topic, 0)?;
-        let (records, end) = reader.read_from(0)?;
+        let mut reader = LogReader::connect(bootstrap)?;
+        let (records, end) = reader.raw(topic, 0, 0)?;
         let mut book = ClaimBook::new(process_token(instance_id), end);
-        book.read(records.iter().map(key_value), end);
+        book.read(data(&records), end);
         Ok(Claims {
             book,
             reader,
+            topic: topic.to_string(),
             pending: Vec::new(),
             superseded: false,
         })
@@ -229,17 +232,20 @@ impl Claims {
     /// Reads the claims written since the last look into the book; returns the held partitions
     /// another process claimed since this one did.
     fn look(&mut self) -> Result<Vec<TopicPartition>, RawLogError> {
-        let (records, next) = self.reader.read_from(self.book.next())?;
-        Ok(self.book.read(records.iter().map(key_value), next))
+        let (records, next) = self.reader.raw(&self.topic, 0, self.book.next())?;
+        Ok(self.book.read(data(&records), next))
     }
 }
 
-/// A raw record's key and value, empty where absent.
-fn key_value(r: &crate::kafka::raw_log::RawRecord) -> (&[u8], &[u8]) {
-    (
-        r.key.as_deref().unwrap_or_default(),
-        r.value.as_deref().unwrap_or_default(),
-    )
+/// The key and value of each data record of a raw read (markers left out), empty where absent:
+/// a claim counts as soon as it is written, whatever becomes of its transaction.
+fn data(records: &[RawRecord]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    records.iter().filter(|r| r.marker.is_none()).map(|r| {
+        (
+            r.key.as_deref().unwrap_or_default(),
+            r.value.as_deref().unwrap_or_default(),
+        )
+    })
 }
 
 impl Claims {

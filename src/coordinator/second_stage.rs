@@ -14,7 +14,7 @@ use crate::clock::wall_ms;
 use crate::config::KafkaSpec;
 use crate::format::dead_letter::DeadLetter;
 use crate::format::repartition::{self as wire, Decoded, Origin};
-use crate::kafka::raw_log::{CommittedReader, RawRecord};
+use crate::kafka::raw_log::{Following, LogReader, RawRecord};
 use crate::pipeline::{Reason, Rejection};
 use crate::windowing::aggregate::Acc;
 use crate::windowing::engine::EngineError;
@@ -32,8 +32,10 @@ static PURGE_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBo
 
 /// The second stage's reader of the repartition topic and its buffers.
 pub(super) struct SecondStage {
-    /// The repartition topic's raw log, followed from each owned partition's committed offset.
-    reader: CommittedReader,
+    /// The reader of the repartition topic's raw log.
+    reader: LogReader,
+    /// The owned repartition partitions, followed from each one's committed offset.
+    following: Following,
     /// Every event is decoded into this one buffer.
     event: Event,
     /// Every watermark record's reports are decoded into this one buffer.
@@ -45,14 +47,11 @@ pub(super) struct SecondStage {
 impl SecondStage {
     /// Connects to the repartition topic of `k`; no partition is followed yet.
     pub(super) fn connect(k: &KafkaSpec) -> Result<SecondStage, RunError> {
-        let reader = CommittedReader::connect(
-            &k.bootstrap_servers,
-            &k.repartition_topic,
-            k.transaction_timeout,
-        )
-        .map_err(|e| RunError::Startup(format!("reading the repartition topic: {e}")))?;
+        let reader = LogReader::connect(&k.bootstrap_servers)
+            .map_err(|e| RunError::Startup(format!("reading the repartition topic: {e}")))?;
         Ok(SecondStage {
             reader,
+            following: Following::new(&k.repartition_topic).giving_up_after(k.transaction_timeout),
             event: Event::default(),
             reports: Vec::new(),
             last_purge: Instant::now(),
@@ -61,22 +60,22 @@ impl SecondStage {
 
     /// Reads repartition partition `p` from offset `from` on.
     pub(super) fn follow(&mut self, p: i32, from: i64) {
-        self.reader.follow(p, from);
+        self.following.follow(p, from);
     }
 
     /// Stops reading repartition partition `p`.
     pub(super) fn unfollow(&mut self, p: i32) {
-        self.reader.unfollow(p);
+        self.following.unfollow(p);
     }
 
     /// Whether no partition is followed.
     pub(super) fn is_idle(&self) -> bool {
-        self.reader.is_idle()
+        self.following.is_idle()
     }
 
     /// Whether the last read left records behind (read again at once).
     pub(super) fn is_behind(&self) -> bool {
-        self.reader.is_behind()
+        self.following.is_behind()
     }
 
     /// Reads what committed on the owned repartition partitions since the last read and
@@ -87,11 +86,14 @@ impl SecondStage {
         parts: &mut BTreeMap<i32, Part>,
         out: &mut Out<'_>,
     ) -> Result<usize, CycleError> {
-        if self.reader.is_idle() {
+        if self.following.is_idle() {
             return Ok(0);
         }
         let mut records = Vec::new();
-        let fetched = match self.reader.poll(0, |r| records.push(r)) {
+        let fetched = match self
+            .reader
+            .poll(&mut self.following, 0, |r| records.push(r))
+        {
             Ok(n) => n,
             Err(e) => {
                 // A leader that moved, a broker that is busy: read again from where the reads got

@@ -31,7 +31,7 @@ use crate::kafka::group::{
     parse_assignment, unowned, BlindWatch, StallWatch, Standing, Verdict, WedgeWatch,
 };
 use crate::kafka::quirks::phantom_leader::{self, LeaderCheck};
-use crate::kafka::raw_log::Peeker;
+use crate::kafka::raw_log::LogReader;
 use crate::metrics as m;
 use metrics::gauge;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -153,7 +153,7 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicU32>, stop: Arc<AtomicBool
     let mut wedge = WedgeWatch::new(bound_ms);
     let mut blind_wedge = BlindWatch::new(bound_ms);
     let mut stalls = StallWatch::default();
-    let mut peeker: Option<Peeker> = None;
+    let mut reader: Option<LogReader> = None;
     let mut said_blind = false;
     let mut wedges_in_a_row = 0u32;
     let mut counts: Option<(std::time::Instant, BTreeMap<String, i32>)> = None;
@@ -198,7 +198,7 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicU32>, stop: Arc<AtomicBool
                 if described.is_some() {
                     wedge.observe(crate::clock::wall_ms(), &[]);
                 }
-                let Some(standings) = standings(&w, counts, &mut peeker) else {
+                let Some(standings) = standings(&w, counts, &mut reader) else {
                     continue;
                 };
                 let stalled = stalls.observe(&standings);
@@ -256,7 +256,7 @@ fn clear_phantom_leader(w: &Watched) {
 fn standings(
     w: &Watched,
     counts: &BTreeMap<String, i32>,
-    peeker: &mut Option<Peeker>,
+    reader: &mut Option<LogReader>,
 ) -> Option<BTreeMap<(String, i32), Standing>> {
     let mut tpl = TopicPartitionList::new();
     for (t, n) in counts {
@@ -265,10 +265,10 @@ fn standings(
         }
     }
     let committed = w.client.committed_offsets(tpl, ASK_TIMEOUT).ok()?;
-    if peeker.is_none() {
-        *peeker = Peeker::connect(&w.bootstrap).ok();
+    if reader.is_none() {
+        *reader = LogReader::connect(&w.bootstrap).ok();
     }
-    let peek = peeker.as_mut()?;
+    let log = reader.as_mut()?;
     let mut out = BTreeMap::new();
     for (t, n) in counts {
         let at: Vec<(i32, Option<i64>)> = (0..*n)
@@ -283,11 +283,11 @@ fn standings(
             })
             .collect();
         let wanted: Vec<(i32, i64)> = at.iter().map(|&(p, o)| (p, o.unwrap_or(0))).collect();
-        let data = match peek.data_after(t, &wanted) {
+        let data = match log.peek(t, &wanted) {
             Ok(d) => d,
             Err(e) => {
                 tracing::debug!("group watchdog: reading {t}: {e}");
-                *peeker = None;
+                *reader = None;
                 return None;
             }
         };

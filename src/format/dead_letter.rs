@@ -145,6 +145,8 @@ mod tests {
             offset: 0,
             producer_id: 1,
             transactional: true,
+            epoch: 0,
+            marker: None,
             timestamp: 0,
             key: None,
             value: None,

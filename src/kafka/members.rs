@@ -4,7 +4,7 @@
 //! (`coordinator::roster` follows it); a sink's members keep theirs in a topic of their own
 //! (`sink`).
 
-use super::raw_log::{read_partition, Follow, RawPartitionReader};
+use super::raw_log::{Following, LogReader};
 use super::roster::{
     parts_of, share, token_of, Liveness, TopicPartition, HEARTBEAT_KEY, LEAVE_KEY, MOVE_KEY,
     MOVE_VALUE,
@@ -30,7 +30,7 @@ pub struct Roster {
     token: String,
     topic: String,
     producer: BaseProducer,
-    reader: RawPartitionReader,
+    reader: LogReader,
     next: i64,
     heard: Liveness,
     session: Duration,
@@ -57,11 +57,12 @@ impl Roster {
         producer.set("acks", "all");
         producer.set("linger.ms", "0");
         let producer: BaseProducer = producer.create().map_err(|e| MembersError(e.to_string()))?;
-        let mut reader = RawPartitionReader::connect(bootstrap, topic, 0)
+        let mut reader = LogReader::connect(bootstrap)
             .map_err(|e| MembersError(format!("reading {topic}: {e}")))?;
-        let (records, next) = reader
-            .read_from(0)
+        let (mut records, next) = reader
+            .raw(topic, 0, 0)
             .map_err(|e| MembersError(format!("reading {topic}: {e}")))?;
+        records.retain(|r| r.marker.is_none());
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
@@ -132,10 +133,11 @@ impl Roster {
             return None;
         }
         self.last_look = Some(Instant::now());
-        match self.reader.read_from(self.next) {
+        match self.reader.raw(&self.topic, 0, self.next) {
             Ok((records, next)) => {
                 let now = Instant::now();
-                for (key, value, _) in records.iter().map(parts_of) {
+                let data = records.iter().filter(|r| r.marker.is_none());
+                for (key, value, _) in data.map(parts_of) {
                     if let Some((t, left)) = token_of(key, value) {
                         self.heard.note(&t, now, left);
                     }
@@ -193,15 +195,19 @@ impl GroupDecisions {
     }
 }
 
+/// How many reads one look at a group's decisions makes at most.
+const LOOK_READS: usize = 100;
+
 /// Watches a group's decisions ([`GroupDecisions`]): each look reads partition 0 of the claims
 /// topic on from where the last one stopped, each committed record once (a claims topic under
 /// membership from the log grows by every member's heartbeats, so reading it whole at every look
 /// would cost more as it grows).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct DecisionsWatch {
     bootstrap: String,
-    claims_topic: String,
-    follow: Follow,
+    /// The reader, connected on the first look and again after a read fails.
+    reader: Option<LogReader>,
+    following: Following,
     decided: GroupDecisions,
 }
 
@@ -210,8 +216,12 @@ impl DecisionsWatch {
     pub fn new(bootstrap: &str, claims_topic: &str) -> DecisionsWatch {
         DecisionsWatch {
             bootstrap: bootstrap.to_string(),
-            claims_topic: claims_topic.to_string(),
-            follow: Follow::starting_at(0),
+            reader: None,
+            following: {
+                let mut f = Following::new(claims_topic);
+                f.follow(0, 0);
+                f
+            },
             decided: GroupDecisions::default(),
         }
     }
@@ -219,10 +229,25 @@ impl DecisionsWatch {
     /// The decisions recorded so far, reading what committed since the last look (a read that
     /// fails, as of a topic that does not exist yet, adds nothing; the next look tries again).
     pub fn look(&mut self) -> GroupDecisions {
-        if let Ok(log) = read_partition(&self.bootstrap, &self.claims_topic, 0, self.follow.from) {
-            for (key, value, _) in self.follow.fresh(&log).into_iter().map(parts_of) {
-                self.decided = self.decided.with(key, value);
+        if self.reader.is_none() {
+            self.reader = LogReader::connect(&self.bootstrap).ok();
+        }
+        let mut fresh = Vec::new();
+        // Reads on while the log holds more, a bounded number of times: a look must not hang on
+        // a partition whose end stays out of reach.
+        for _ in 0..LOOK_READS {
+            let Some(reader) = self.reader.as_mut() else {
+                break;
+            };
+            match reader.poll(&mut self.following, 0, |r| fresh.push(r)) {
+                Ok(_) if self.following.is_behind() => continue,
+                Ok(_) => break,
+                Err(_) => self.reader = None,
             }
+        }
+        // Records handed on before a read failed count: the next look reads on after them.
+        for (key, value, _) in fresh.iter().map(parts_of) {
+            self.decided = self.decided.with(key, value);
         }
         self.decided
     }

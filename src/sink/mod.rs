@@ -32,6 +32,7 @@
 //!   with the offsets in the same database transaction.
 
 pub mod postgres;
+mod reading;
 mod share;
 mod watch;
 
@@ -58,9 +59,10 @@ use crate::config::KafkaSpec;
 use crate::format::dead_letter::DeadLetter;
 use crate::format::pane::PaneRecord;
 use crate::format::{epoch_of, Decoder};
-use crate::kafka::raw_log::{Follow, RawRecord, TopicReader};
+use crate::kafka::raw_log::RawRecord;
 use crate::metrics as m;
 use metrics::{counter, gauge, histogram};
+use reading::Reading;
 use share::Share;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -203,15 +205,6 @@ pub struct Batching {
     pub max_batch_records: usize,
 }
 
-/// One assigned partition being read.
-#[derive(Debug)]
-struct Part {
-    /// Where the next read starts (and what is stored once the batch commits).
-    follow: Follow,
-    /// The partition's end at the last read.
-    end: i64,
-}
-
 /// The records read since the last batch was written.
 #[derive(Debug, Default)]
 struct Pending {
@@ -246,8 +239,7 @@ pub fn run(
     // Who reads which partition: the broker's consumer group, or membership from the log in a
     // topic of the sink's own (`kafka.membership = "log"`).
     let mut share = Share::start(k, &group, &topics)?;
-    let mut readers: BTreeMap<String, TopicReader> = BTreeMap::new();
-    let mut parts: BTreeMap<TopicPartition, Part> = BTreeMap::new();
+    let mut reading = Reading::new(&k.bootstrap_servers, &topics, k.transaction_timeout);
     let mut pending = Pending::default();
     let mut last_commit = Instant::now();
     let interval = Duration::from_millis(batching.commit_interval as u64);
@@ -264,19 +256,19 @@ pub fn run(
             }
         });
         // Partitions that left: write what was read from them first.
-        let gone = parts.keys().any(|tp| !assigned.contains(tp));
+        let gone = reading.positions().keys().any(|tp| !assigned.contains(tp));
         let due = last_commit.elapsed() >= interval
             || pending.len() >= batching.max_batch_records
             || gone
             || stopping;
         if failed || ((pending.len() > 0 || pending.moved) && due) {
-            let written = !failed && commit(sink, &group, &mut pending, &parts);
+            let written = !failed && commit(sink, &group, &mut pending, &reading);
             if !written {
                 // Drop the batch and every position: they are taken up again below, from the
                 // offsets the sink stored.
                 counter!(m::SINK_RETRIES).increment(1);
                 pending = Pending::default();
-                parts.clear();
+                reading.retain(|_| false);
                 std::thread::sleep(Duration::from_millis(200));
                 if !sink.connect(shutdown)? {
                     return Ok(());
@@ -290,10 +282,10 @@ pub fn run(
             tracing::info!(sink = sink.name(), "stopped");
             return Ok(());
         }
-        parts.retain(|tp, _| assigned.contains(tp));
+        reading.retain(|tp| assigned.contains(tp));
         let new: Vec<TopicPartition> = assigned
             .iter()
-            .filter(|tp| !parts.contains_key(*tp))
+            .filter(|tp| !reading.follows(tp))
             .cloned()
             .collect();
         if !new.is_empty() {
@@ -308,13 +300,7 @@ pub fn run(
                             sink = sink.name(),
                             "partition assigned: reading from the offset the sink stored"
                         );
-                        parts.insert(
-                            tp,
-                            Part {
-                                follow: Follow::starting_at(from),
-                                end: from,
-                            },
-                        );
+                        reading.follow(&tp, from);
                     }
                 }
                 Err(e) => {
@@ -324,33 +310,25 @@ pub fn run(
                 }
             }
         }
-        for topic in &topics {
-            let dead_topic = *topic == k.dead_letter_topic;
-            read_topic(
-                &k.bootstrap_servers,
-                topic,
+        let before = reading.positions();
+        for (topic, r) in reading.read() {
+            let dead_topic = topic == k.dead_letter_topic;
+            take(
+                &topic,
+                &r,
                 dead_topic,
                 decoder,
                 sink.keeps_dead_letters(),
-                &mut readers,
-                &mut parts,
                 &mut pending,
             )?;
         }
+        pending.moved |= reading.positions() != before;
     }
 }
 
 /// Writes the pending batch with every partition's position; `false` when the write failed.
-fn commit(
-    sink: &mut dyn Sink,
-    group: &str,
-    pending: &mut Pending,
-    parts: &BTreeMap<TopicPartition, Part>,
-) -> bool {
-    let offsets: Offsets = parts
-        .iter()
-        .map(|(tp, p)| (tp.clone(), p.follow.from))
-        .collect();
+fn commit(sink: &mut dyn Sink, group: &str, pending: &mut Pending, reading: &Reading) -> bool {
+    let offsets = reading.positions();
     let taken = std::mem::take(pending);
     let batch = Batch::new(taken.panes, taken.dead_letters, offsets);
     let started = Instant::now();
@@ -361,9 +339,8 @@ fn commit(
             counter!(m::SINK_ROWS, "outcome" => "superseded").increment(s.superseded);
             counter!(m::SINK_ROWS, "outcome" => "deleted").increment(s.deleted);
             counter!(m::SINK_DEAD_LETTERS).increment(s.dead_letters);
-            for ((t, p), part) in parts {
-                gauge!(m::SINK_LAG, "topic" => t.clone(), "partition" => p.to_string())
-                    .set((part.end - part.follow.from).max(0) as f64);
+            for ((t, p), lag) in reading.lags() {
+                gauge!(m::SINK_LAG, "topic" => t, "partition" => p.to_string()).set(lag as f64);
             }
             true
         }
@@ -377,90 +354,52 @@ fn commit(
     }
 }
 
-/// Reads what committed since the last read on the assigned partitions of `topic` into
-/// `pending`.
-#[allow(clippy::too_many_arguments)]
-fn read_topic(
-    bootstrap: &str,
+/// Takes committed record `r` of `topic` into `pending`: a pane, or a dead letter (from the
+/// dead-letter topic, or a pane that does not decode when the sink keeps dead letters).
+fn take(
     topic: &str,
+    r: &RawRecord,
     dead_topic: bool,
     decoder: &Decoder,
     keeps_dead_letters: bool,
-    readers: &mut BTreeMap<String, TopicReader>,
-    parts: &mut BTreeMap<TopicPartition, Part>,
     pending: &mut Pending,
 ) -> Result<(), SinkError> {
-    let ids: Vec<i32> = parts
-        .keys()
-        .filter(|(t, _)| t == topic)
-        .map(|(_, p)| *p)
-        .collect();
-    if ids.is_empty() {
+    let p = r.partition;
+    if dead_topic {
+        if let Some(d) = DeadLetterRow::from_record(r) {
+            pending.dead_letters.push(d);
+        }
         return Ok(());
     }
-    if !readers.contains_key(topic) {
-        match TopicReader::connect(bootstrap, topic) {
-            Ok(r) => {
-                readers.insert(topic.to_string(), r);
+    match r.value.as_deref().map(|v| decoder.pane(v)) {
+        Some(Ok(pane)) => pending.panes.push(pane),
+        other => {
+            let why = match other {
+                Some(Err(why)) => why,
+                _ => "a pane record without a value".to_string(),
+            };
+            let detail = format!("{topic}/{p}@{}: pane does not decode: {why}", r.offset);
+            if !keeps_dead_letters {
+                return Err(SinkError::Undecodable(format!(
+                    "{detail} (configure a dead-letter table to keep such records and go on)"
+                )));
             }
-            Err(e) => {
-                tracing::warn!("connecting to read {topic}: {e}");
-                return Ok(());
-            }
+            tracing::warn!("{detail}");
+            pending.dead_letters.push(DeadLetterRow {
+                letter: DeadLetter {
+                    reason: "undecodable_pane".into(),
+                    topic: topic.to_string(),
+                    partition: p,
+                    offset: r.offset,
+                    watermark: None,
+                    late_by_ms: None,
+                    detail,
+                    epoch: epoch_of(r),
+                },
+                key: r.key.as_ref().map(|k| k.to_vec()),
+                value: r.value.as_ref().map(|v| v.to_vec()),
+            });
         }
-    }
-    let reader = readers.get_mut(topic).expect("inserted");
-    let logs = match reader.read_partitions(&ids, |p| parts[&(topic.to_string(), p)].follow.from) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!("reading {topic}: {e}");
-            readers.remove(topic);
-            return Ok(());
-        }
-    };
-    for (p, log) in logs {
-        let part = parts.get_mut(&(topic.to_string(), p)).expect("followed");
-        let before = part.follow.from;
-        for r in part.follow.fresh(&log) {
-            if dead_topic {
-                if let Some(d) = DeadLetterRow::from_record(r) {
-                    pending.dead_letters.push(d);
-                }
-                continue;
-            }
-            match r.value.as_deref().map(|v| decoder.pane(v)) {
-                Some(Ok(pane)) => pending.panes.push(pane),
-                other => {
-                    let why = match other {
-                        Some(Err(why)) => why,
-                        _ => "a pane record without a value".to_string(),
-                    };
-                    let detail = format!("{topic}/{p}@{}: pane does not decode: {why}", r.offset);
-                    if !keeps_dead_letters {
-                        return Err(SinkError::Undecodable(format!(
-                            "{detail} (configure a dead-letter table to keep such records and go on)"
-                        )));
-                    }
-                    tracing::warn!("{detail}");
-                    pending.dead_letters.push(DeadLetterRow {
-                        letter: DeadLetter {
-                            reason: "undecodable_pane".into(),
-                            topic: topic.to_string(),
-                            partition: p,
-                            offset: r.offset,
-                            watermark: None,
-                            late_by_ms: None,
-                            detail,
-                            epoch: epoch_of(r),
-                        },
-                        key: r.key.as_ref().map(|k| k.to_vec()),
-                        value: r.value.as_ref().map(|v| v.to_vec()),
-                    });
-                }
-            }
-        }
-        pending.moved |= part.follow.from != before;
-        part.end = log.next_offset;
     }
     Ok(())
 }

@@ -6,7 +6,7 @@
 //!
 //! A sink's positions live in its database, not in the group's offsets, so a look asks the sink
 //! for the offsets it stored and the raw log whether a record of a committed (or still open)
-//! transaction lies at or after each ([`Peeker`]). A partition whose stored offset has not moved
+//! transaction lies at or after each ([`LogReader::peek`]). A partition whose stored offset has not moved
 //! since the previous look while such a record waits is stalled ([`StallWatch`]); one stalled
 //! for longer than the bound, which this member does not read itself, wedges the group
 //! ([`BlindWatch`]: a member that reads nothing acts after the bound, one that reads partitions
@@ -19,7 +19,7 @@
 
 use super::{Offsets, TopicPartition};
 use crate::kafka::group::{BlindWatch, StallWatch, Standing, Verdict};
-use crate::kafka::raw_log::Peeker;
+use crate::kafka::raw_log::LogReader;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -48,7 +48,7 @@ pub(super) enum Act {
 /// The sink's group watchdog (see the module's documentation).
 pub(super) struct Watch {
     bootstrap: String,
-    peeker: Option<Peeker>,
+    reader: Option<LogReader>,
     stall: StallWatch,
     blind: BlindWatch,
     /// The bound (ms) a partition may stay stalled.
@@ -65,7 +65,7 @@ impl Watch {
         let bound_ms = (session * SESSION_TIMEOUTS).as_millis() as i64;
         Watch {
             bootstrap: bootstrap.to_string(),
-            peeker: None,
+            reader: None,
             stall: StallWatch::default(),
             blind: BlindWatch::new(bound_ms),
             bound_ms,
@@ -96,7 +96,7 @@ impl Watch {
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!("the sink's group watchdog: {e}");
-                self.peeker = None;
+                self.reader = None;
                 return Act::Wait;
             }
         };
@@ -112,10 +112,10 @@ impl Watch {
         parts: &[TopicPartition],
         stored: &Offsets,
     ) -> Result<BTreeMap<TopicPartition, Standing>, String> {
-        if self.peeker.is_none() {
-            self.peeker = Some(Peeker::connect(&self.bootstrap).map_err(|e| e.to_string())?);
+        if self.reader.is_none() {
+            self.reader = Some(LogReader::connect(&self.bootstrap).map_err(|e| e.to_string())?);
         }
-        let peeker = self.peeker.as_mut().expect("connected");
+        let reader = self.reader.as_mut().expect("connected");
         let mut by_topic: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
         for tp in parts {
             let from = stored.get(tp).copied().unwrap_or(0);
@@ -123,8 +123,8 @@ impl Watch {
         }
         let mut out = BTreeMap::new();
         for (topic, wanted) in by_topic {
-            let data = peeker
-                .data_after(topic, &wanted)
+            let data = reader
+                .peek(topic, &wanted)
                 .map_err(|e| format!("looking at {topic}: {e}"))?;
             for (p, from) in wanted {
                 // A partition the answer left out decides nothing: it counts as without data.

@@ -11,7 +11,7 @@
 //!
 //! **The log is the only truth.** The committed input offset of a partition is the highest stamp
 //! of a record of a COMMITTED transaction in its changelog partition, with transactions resolved
-//! from the COMMIT/ABORT markers in the raw log ([`crate::kafka::raw_log::stream_partition`]).
+//! from the COMMIT/ABORT markers in the raw log ([`crate::kafka::raw_log::LogReader::stream`]).
 //! Neither the broker's `read_committed` filtering
 //! ([`crate::kafka::quirks::ABORTED_RECORDS_SERVED`]) nor the consumer group's committed offset
 //! ([`crate::kafka::quirks::GROUP_OFFSETS_LATE`]) is trusted; the group offset is only compared
@@ -36,7 +36,7 @@
 //! ([`Lineage`], stored with the local state).
 
 use crate::clock::wall_ms;
-use crate::kafka::raw_log::{stream_partition, PartitionLog, RawLogError, RawRecord};
+use crate::kafka::raw_log::{LogReader, PartitionLog, RawLogError, RawRecord};
 use crate::state::store::{Lineage, StateStore, StoreError, StoredOffsets};
 use rocksdb::WriteBatch;
 use std::time::{Duration, Instant};
@@ -244,7 +244,7 @@ pub fn committed_now(
     partition: i32,
 ) -> Result<(Option<i64>, Lineage), RawLogError> {
     let mut fold = Fold::new(None, Lineage::default());
-    stream_partition(bootstrap, changelog_topic, partition, 0, |r: RawRecord| {
+    LogReader::connect(bootstrap)?.stream(changelog_topic, partition, 0, |r: RawRecord| {
         fold.record(&r);
         Ok::<(), RawLogError>(())
     })?;
@@ -298,35 +298,36 @@ pub fn source_markers(
         watermark: i64::MIN,
         ..SourceMarkers::default()
     };
-    let log = stream_partition(bootstrap, markers_topic, partition, 0, |r: RawRecord| {
-        let Some(marker) = r
-            .key
-            .as_deref()
-            .and_then(|k| k.strip_suffix(suffix.as_bytes()))
-        else {
-            return Ok::<(), RawLogError>(());
-        };
-        if let Some(n) = r
-            .header(MARKER_PARTITIONS_HEADER)
-            .and_then(|n| n.parse::<i32>().ok())
-        {
-            if n != partitions {
-                out.written_under = Some(n);
+    let log =
+        LogReader::connect(bootstrap)?.stream(markers_topic, partition, 0, |r: RawRecord| {
+            let Some(marker) = r
+                .key
+                .as_deref()
+                .and_then(|k| k.strip_suffix(suffix.as_bytes()))
+            else {
+                return Ok::<(), RawLogError>(());
+            };
+            if let Some(n) = r
+                .header(MARKER_PARTITIONS_HEADER)
+                .and_then(|n| n.parse::<i32>().ok())
+            {
+                if n != partitions {
+                    out.written_under = Some(n);
+                }
             }
-        }
-        if marker == RESET_MARKER_KEY {
-            // A replay: the input partition starts again from the reset's offset, and so does
-            // its watermark.
-            out.watermark = i64::MIN;
-        } else if let Some(w) = r
-            .header(SOURCE_WATERMARK_HEADER)
-            .and_then(|w| w.parse::<i64>().ok())
-        {
-            out.watermark = out.watermark.max(w);
-        }
-        fold.record_keyed(Some(marker), &r);
-        Ok(())
-    })?;
+            if marker == RESET_MARKER_KEY {
+                // A replay: the input partition starts again from the reset's offset, and so does
+                // its watermark.
+                out.watermark = i64::MIN;
+            } else if let Some(w) = r
+                .header(SOURCE_WATERMARK_HEADER)
+                .and_then(|w| w.parse::<i64>().ok())
+            {
+                out.watermark = out.watermark.max(w);
+            }
+            fold.record_keyed(Some(marker), &r);
+            Ok(())
+        })?;
     out.committed = fold.committed;
     out.lineage = fold.lineage;
     out.markers = fold.markers;
@@ -474,8 +475,7 @@ fn restore_from(
         // same records in the same order over the partial result (puts and deletes of whole
         // values), which converges. Reading again from the first open record after a wait does
         // the same.
-        let log = stream_partition(
-            bootstrap,
+        let log = LogReader::connect(bootstrap)?.stream(
             changelog_topic,
             partition,
             from,

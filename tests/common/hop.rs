@@ -760,7 +760,7 @@ fn common_problems(got: &Committed) -> Vec<String> {
 pub fn dump(broker: &str, dir: &std::path::Path, topics: &[&str]) {
     use std::fmt::Write as _;
     for topic in topics {
-        let records = match tidemark::kafka::raw_log::dump_topic(broker, topic) {
+        let records = match super::dump_topic(broker, topic) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("dump of {topic} failed: {e}");
@@ -768,14 +768,13 @@ pub fn dump(broker: &str, dir: &std::path::Path, topics: &[&str]) {
             }
         };
         let mut text = String::new();
-        for d in &records {
-            let r = &d.record;
+        for (r, fate) in &records {
             let _ = write!(
                 text,
-                "{} {} pid={} epoch={} ts={} {}",
-                r.partition, r.offset, r.producer_id, d.epoch, r.timestamp, d.fate
+                "{} {} pid={} epoch={} ts={} {fate}",
+                r.partition, r.offset, r.producer_id, r.epoch, r.timestamp
             );
-            if let Some(c) = d.control {
+            if let Some(c) = r.marker {
                 let _ = writeln!(text, " {}", if c == 1 { "COMMIT" } else { "ABORT" });
                 continue;
             }

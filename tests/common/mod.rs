@@ -681,6 +681,42 @@ pub fn committed_values(broker: &str, topic: &str) -> Vec<String> {
         .collect()
 }
 
+/// Every record of every partition of `topic`, markers included, with what the resolver made of
+/// each: "committed", "aborted" or "open" for a data record, "marker" for a transaction marker.
+/// The raw read comes first, so every record it shows was there for the committed read.
+pub fn dump_topic(
+    broker: &str,
+    topic: &str,
+) -> Result<
+    Vec<(tidemark::kafka::raw_log::RawRecord, &'static str)>,
+    tidemark::kafka::raw_log::RawLogError,
+> {
+    let mut reader = tidemark::kafka::raw_log::LogReader::connect(broker)?;
+    let mut out = Vec::new();
+    for p in reader.partitions(topic)? {
+        let (records, _) = reader.raw(topic, p, 0)?;
+        let log = reader
+            .committed(topic, |q| q == p, |_| 0)?
+            .remove(&p)
+            .unwrap_or_default();
+        let committed: std::collections::BTreeSet<i64> =
+            log.committed.iter().map(|r| r.offset).collect();
+        for r in records {
+            let fate = if r.marker.is_some() {
+                "marker"
+            } else if committed.contains(&r.offset) {
+                "committed"
+            } else if log.aborted_offsets.binary_search(&r.offset).is_ok() {
+                "aborted"
+            } else {
+                "open"
+            };
+            out.push((r, fate));
+        }
+    }
+    Ok(out)
+}
+
 /// Waits until `topic` holds at least `n` committed records or `secs` pass; returns the count.
 pub fn wait_for(broker: &str, topic: &str, n: usize, secs: u64) -> usize {
     let deadline = Instant::now() + Duration::from_secs(secs);

@@ -92,8 +92,8 @@ fn audit_resolves_transactions_from_the_raw_log() {
 /// marker after the last record is not data, an open transaction's records are (they may
 /// commit) until the transaction aborts, and an empty partition has none.
 #[test]
-fn peeker_tells_data_from_markers() {
-    use tidemark::kafka::raw_log::Peeker;
+fn a_peek_tells_data_from_markers() {
+    use tidemark::kafka::raw_log::LogReader;
     let broker = common::Broker::start();
     broker.create_topic("peeked", 3);
     let producer: BaseProducer = ClientConfig::new()
@@ -128,8 +128,8 @@ fn peeker_tells_data_from_markers() {
         )
         .unwrap();
     producer.flush(t).unwrap();
-    let mut peeker = Peeker::connect(&broker.addr).unwrap();
-    let mut ask = |p: i32, offset: i64| peeker.data_after("peeked", &[(p, offset)]).unwrap()[&p];
+    let mut reader = LogReader::connect(&broker.addr).unwrap();
+    let mut ask = |p: i32, offset: i64| reader.peek("peeked", &[(p, offset)]).unwrap()[&p];
     assert!(ask(0, 0), "records from offset 0");
     assert!(ask(0, 4), "the last record");
     assert!(!ask(0, 5), "only the commit marker after the last record");
@@ -139,9 +139,7 @@ fn peeker_tells_data_from_markers() {
         "a record of an open transaction may still commit"
     );
     assert!(!ask(2, 0), "an empty partition");
-    let all = peeker
-        .data_after("peeked", &[(0, 5), (1, 0), (2, 0)])
-        .unwrap();
+    let all = reader.peek("peeked", &[(0, 5), (1, 0), (2, 0)]).unwrap();
     assert_eq!(
         all.into_iter().collect::<Vec<_>>(),
         [(0, false), (1, true), (2, false)]
@@ -150,7 +148,7 @@ fn peeker_tells_data_from_markers() {
     // Once aborted, the open record and its ABORT marker are no data: an input whose last
     // records were aborted is caught up, and a partition that holds nothing else is no stall.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while peeker.data_after("peeked", &[(1, 0)]).unwrap()[&1] {
+    while reader.peek("peeked", &[(1, 0)]).unwrap()[&1] {
         assert!(
             std::time::Instant::now() < deadline,
             "records of an aborted transaction count as data"
@@ -159,13 +157,14 @@ fn peeker_tells_data_from_markers() {
     }
 }
 
-/// The second stage's follower holds committed records back behind a transaction with no marker
-/// yet, and gives that transaction up as aborted once it is older than the transaction timeout
-/// (its producer is gone for good, as far as the reader can tell): the records after it come
-/// out, the open transaction's never do.
+/// The follow mode holds committed records back behind a transaction with no marker yet, and
+/// gives that transaction up as aborted once it is older than the transaction timeout (its
+/// producer is gone for good, as far as the reader can tell): the records after it come out, the
+/// open transaction's never do. While it waits, a read would resume at the open transaction's
+/// first record; once it gave up, after the last record.
 #[test]
-fn tailer_gives_up_a_transaction_older_than_the_timeout() {
-    use tidemark::kafka::raw_log::CommittedReader;
+fn following_gives_up_a_transaction_older_than_the_timeout() {
+    use tidemark::kafka::raw_log::{Following, LogReader};
     let broker = common::Broker::start();
     broker.create_topic("tailed", 1);
     let t = Duration::from_secs(10);
@@ -203,25 +202,37 @@ fn tailer_gives_up_a_transaction_older_than_the_timeout() {
     other.commit_transaction(t).unwrap();
 
     let timeout_ms = 3_000;
-    let mut tailer = CommittedReader::connect(&broker.addr, "tailed", timeout_ms).unwrap();
-    tailer.follow(0, 0);
+    let mut reader = LogReader::connect(&broker.addr).unwrap();
+    let mut following = Following::new("tailed").giving_up_after(timeout_ms);
+    following.follow(0, 0);
     let started = std::time::Instant::now();
     let mut seen: Vec<(String, Duration)> = Vec::new();
+    let mut waited_at = None;
     while started.elapsed() < Duration::from_secs(15) && seen.is_empty() {
-        tailer
-            .poll(10, |r| {
+        reader
+            .poll(&mut following, 10, |r| {
                 let v = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string();
                 seen.push((v, started.elapsed()));
             })
             .unwrap();
+        if seen.is_empty() {
+            waited_at = following.resume_at(0);
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert_eq!(waited_at, Some(0), "held at the open transaction's record");
     let values: Vec<&str> = seen.iter().map(|(v, _)| v.as_str()).collect();
     assert_eq!(values, ["after"], "only the committed record comes out");
     assert!(
         seen[0].1 >= Duration::from_millis(1_000),
         "held back behind the open transaction at first (out after {:?})",
         seen[0].1
+    );
+    // The stuck record (0), the other's record (1) and its COMMIT marker (2) are behind.
+    assert_eq!(
+        following.resume_at(0),
+        Some(3),
+        "resumes after the last record"
     );
     stuck.abort_transaction(t).unwrap();
 }

@@ -100,11 +100,11 @@ fn claimed_under(extra_props: &str) -> Vec<String> {
 
     // The claims topic, every record whatever its transaction's fate (the member's first claims
     // were in the transaction it aborted): its three claims, the intruder's, then its new ones.
-    let all: Vec<String> = tidemark::kafka::raw_log::dump_topic(&broker.addr, "scn-claims")
+    let all: Vec<String> = common::dump_topic(&broker.addr, "scn-claims")
         .unwrap()
         .into_iter()
-        .filter(|r| r.control.is_none())
-        .map(|r| String::from_utf8(r.record.value.unwrap_or_default().to_vec()).unwrap())
+        .filter(|(r, _)| r.marker.is_none())
+        .map(|(r, _)| String::from_utf8(r.value.unwrap_or_default().to_vec()).unwrap())
         .collect();
     let claims: Vec<String> = all.iter().filter(|v| *v != "eager").cloned().collect();
     let intruder = claims.iter().position(|v| v == "intruder 1").unwrap();

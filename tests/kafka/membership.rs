@@ -278,14 +278,14 @@ fn a_group_that_stays_wedged_moves_to_membership_from_the_log_and_finishes_the_i
     );
     let body = http_get(port, "/metrics").expect("metrics").1;
     assert!(metric(&body, "tidemark_membership_moves_total") >= 1.0);
-    let moves: usize = tidemark::kafka::raw_log::dump_topic(&broker.addr, "scn-claims")
+    let moves: usize = common::dump_topic(&broker.addr, "scn-claims")
         .unwrap()
         .into_iter()
-        .filter(|r| r.control.is_none())
-        .filter(|r| {
+        .filter(|(r, _)| r.marker.is_none())
+        .filter(|(r, _)| {
             tidemark::kafka::roster::is_move_to_log(
-                r.record.key.as_deref().unwrap_or_default(),
-                r.record.value.as_deref().unwrap_or_default(),
+                r.key.as_deref().unwrap_or_default(),
+                r.value.as_deref().unwrap_or_default(),
             )
         })
         .count();

@@ -398,7 +398,7 @@ fn a_sink_is_a_folder_behind_the_seam_registered_in_one_line() {
             code.contains("impl SinkSection for"),
             "sink/{name} checks no section of the pipeline file"
         );
-        for needle in ["rdkafka", "raw_log", "TopicReader", "Follow", "metrics::"] {
+        for needle in ["rdkafka", "raw_log", "LogReader", "Following", "metrics::"] {
             assert!(!code.contains(needle), "sink/{name} uses {needle}");
         }
         // Registered in the seam's list, and nowhere else by name.

@@ -137,7 +137,7 @@ pub const HIGH_WATERMARK_AFTER_BATCH: Quirk = Quirk {
                 its last offset + 1, until a later write. After a committed transaction it is \
                 right (the marker is a batch of one).",
     seen_on: &[("tansu", "0.6.0")],
-    remedy: "Whether a partition is caught up is read from its raw log (kafka::raw_log::Peeker), \
+    remedy: "Whether a partition is caught up is read from its raw log (kafka::raw_log::LogReader::peek), \
              never from a high watermark alone; restores are not sized by one.",
     shown_by: &["kafka/broker_quirks::the_high_watermark_after_a_batch_is_its_end_or_not"],
 };
@@ -298,10 +298,10 @@ pub const APPENDS_VISIBLE_OUT_OF_ORDER: Quirk = Quirk {
                 (docs/reliability.md); a client-only probe did not make it happen.",
     seen_on: &[("tansu", "0.6.0")],
     remedy: "The repartition reader stays at a hole in an answer and fetches again for up to \
-             2 s, logging the hole and whether it filled (kafka::raw_log::committed_reader); the hop's \
+             2 s, logging the hole and whether it filled (kafka::raw_log::follow); the hop's \
              chaos summary counts both.",
     shown_by: &[
-        "kafka::raw_log::committed_reader::tests::reads_wait_at_a_hole_until_it_fills",
+        "kafka::raw_log::follow::tests::reads_wait_at_a_hole_until_it_fills",
         "kafka/chaos_hop::the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once",
     ],
 };

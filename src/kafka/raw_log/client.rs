@@ -239,6 +239,14 @@ impl Cluster {
         self.forget_leaders();
     }
 
+    /// Forgets every connection and every leader known, after an error that puts them all in
+    /// doubt: they are opened and asked afresh on next use.
+    pub(super) fn forget_all(&mut self) {
+        self.bootstrap = None;
+        self.conns.clear();
+        self.forget_leaders();
+    }
+
     /// Forgets every leader known (an answer said a partition's leader is elsewhere, or failed):
     /// they are asked afresh on next use.
     pub(super) fn forget_leaders(&mut self) {
@@ -268,14 +276,4 @@ pub(super) fn no_partition(topic: &str, p: i32) -> RawLogError {
         code: 3,
         what: format!("{topic} has no partition {p}"),
     }
-}
-
-/// A connection of its own to the leader of partition `partition` of `topic`, for one long read.
-pub(super) fn leader_of(
-    bootstrap: &str,
-    topic: &str,
-    partition: i32,
-) -> Result<RawClient, RawLogError> {
-    let addr = Cluster::connect(bootstrap)?.leader(topic, partition)?;
-    RawClient::connect(&addr)
 }

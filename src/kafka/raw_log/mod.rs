@@ -1,39 +1,38 @@
 //! The raw-log reader: a minimal Kafka protocol client (kafka-protocol) that fetches a partition's
 //! record batches with `read_uncommitted` isolation, so the broker filters nothing, from the
 //! partition's leader, and resolves every transaction itself from the COMMIT/ABORT markers in the
-//! log (per producer id and epoch). Committed records come out in offset order, streamed or
-//! collected. Restore, `audit`, `tail` and the tests read through it: nothing in tidemark trusts a
-//! broker's `read_committed` filtering (some brokers serve aborted records, see ARCHITECTURE.md).
+//! log (per producer id and epoch). Restore, `audit`, `tail`, the sink, the hop's second stage,
+//! the catch-up looks and the tests read through it: nothing in tidemark trusts a broker's
+//! `read_committed` filtering (some brokers serve aborted records, see ARCHITECTURE.md).
 //!
-//! * `client` — one connection (`RawClient`), and the `Cluster` every reader reaches the brokers
+//! There is one reader, [`LogReader`], and it reads in four modes: *committed* (a partition's
+//! committed records from an offset to its end, collected or streamed), *raw* (every record,
+//! markers included, whatever became of its transaction), *peek* (whether data waits after an
+//! offset) and *follow* (partitions followed as they grow, each committed record handed on once).
+//!
+//! * `client` — one connection (`RawClient`), and the `Cluster` the reader reaches the brokers
 //!   through: the leader of each partition and a connection per leader, dropped and asked afresh
 //!   after an error;
 //! * `fetch` — Fetch requests and their answers decoded into records;
 //! * `resolve` — the transaction resolver (pure, with its tests);
-//! * `read` — whole reads: a partition, a topic, a follower, a dump;
-//! * `committed_reader` — committed records of many partitions side by side (the repartition topic);
-//! * `peeker` — whether data waits after an offset;
-//! * `raw_reader` — every data record of one partition, read on from where it stopped (claims).
+//! * `reader` — `LogReader`, the one type callers hold, and its modes' entry points;
+//! * `committed`, `raw`, `peek`, `follow` — the four modes.
 
 mod client;
-mod committed_reader;
+mod committed;
 mod fetch;
-mod peeker;
-mod raw_reader;
-mod read;
+mod follow;
+mod peek;
+mod raw;
+mod reader;
 mod resolve;
 
 pub(crate) use client::connect;
 pub use client::RawClient;
-pub use committed_reader::CommittedReader;
-pub use peeker::Peeker;
-pub use raw_reader::RawPartitionReader;
-pub use read::{
-    dump_topic, read_partition, read_topic, stream_partition, DumpedRecord, Follow, TopicReader,
-};
-pub use resolve::resolve_records;
+pub use follow::Following;
+pub use reader::{read_topic, LogReader};
 #[cfg(test)]
-pub(crate) use resolve::tests;
+pub(crate) use resolve::{resolve_records, tests};
 
 use bytes::Bytes;
 use kafka_protocol::records::Record;
@@ -77,6 +76,11 @@ pub struct RawRecord {
     pub producer_id: i64,
     /// Whether the batch was transactional.
     pub transactional: bool,
+    /// The producer epoch of the batch.
+    pub epoch: i16,
+    /// For a transaction marker (a control record), its type: 0 = ABORT, 1 = COMMIT. Only the
+    /// raw mode hands on markers; every other mode hands on data records only.
+    pub marker: Option<i16>,
     /// The record's timestamp (epoch ms; the producer's create time for tidemark's records).
     pub timestamp: i64,
     /// Key bytes.
@@ -95,6 +99,12 @@ impl RawRecord {
             offset: r.offset,
             producer_id: r.producer_id,
             transactional: r.transactional,
+            epoch: r.producer_epoch,
+            marker: if r.control {
+                resolve::control_type(&r)
+            } else {
+                None
+            },
             timestamp: r.timestamp,
             key: r.key,
             value: r.value,

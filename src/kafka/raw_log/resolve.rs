@@ -60,6 +60,11 @@ impl StreamResolver {
         }
     }
 
+    /// The offset of the first record still waiting for its transaction's marker, if any.
+    pub(super) fn first_open(&self) -> Option<i64> {
+        self.queue.front().map(|(r, _)| r.offset)
+    }
+
     /// Sets the fate of the records with the given sequence numbers.
     pub(super) fn settle(&mut self, seqs: Vec<usize>, fate: Fate) {
         for seq in seqs {
@@ -199,11 +204,11 @@ impl StreamResolver {
     }
 }
 
-/// Resolves the transactions of records already fetched from one partition's raw log (control
-/// records included, in offset order, starting at `from`): committed records go to `emit` in
-/// offset order, exactly as [`stream_partition`] hands them on. For tests and tools that hold a
-/// log in memory.
-pub fn resolve_records<E>(
+/// Resolves the transactions of records held in memory (one partition's raw log, control records
+/// included, in offset order, starting at `from`): committed records go to `emit` in offset
+/// order, exactly as a streamed read hands them on.
+#[cfg(test)]
+pub(crate) fn resolve_records<E>(
     partition: i32,
     from: i64,
     records: impl IntoIterator<Item = Record>,

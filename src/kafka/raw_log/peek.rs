@@ -1,4 +1,5 @@
-//! Looks without reading: whether a partition holds a data record at or after an offset.
+//! The peek mode: whether a partition holds a data record at or after an offset, without
+//! reading it.
 
 use super::client::*;
 use super::fetch::*;
@@ -9,94 +10,73 @@ use kafka_protocol::records::{Record, RecordBatchDecoder};
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 
-/// Says whether partitions of a topic hold a data record at or after a given offset, from the raw
-/// log, in one fetch per leader: whether an input is caught up, judged from the log itself rather
-/// than from a high watermark a broker may misreport ([`crate::kafka::quirks::HIGH_WATERMARK_AFTER_BATCH`]).
-/// Control records (transaction markers) do not count, nor do records of a transaction that the
-/// same answer shows aborted.
-pub struct Peeker {
-    cluster: Cluster,
-}
-
-impl std::fmt::Debug for Peeker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Peeker").finish_non_exhaustive()
-    }
-}
-
-impl Peeker {
-    /// Connects to the first bootstrap server.
-    pub fn connect(bootstrap: &str) -> Result<Peeker, RawLogError> {
-        Ok(Peeker {
-            cluster: Cluster::connect(bootstrap)?,
-        })
-    }
-
-    /// For each (partition, offset) of `topic`: whether a data record lies at or after the
-    /// offset. An offset before the log's start counts as having data unless the log is empty;
-    /// so does any offset below the high watermark that the broker's answer did not show (an
-    /// empty answer is "don't know", never "caught up").
-    pub fn data_after(
-        &mut self,
-        topic: &str,
-        wanted: &[(i32, i64)],
-    ) -> Result<BTreeMap<i32, bool>, RawLogError> {
-        let by_leader = self.cluster.by_leader(topic, wanted.iter().copied())?;
-        let mut out = BTreeMap::new();
-        for (addr, parts) in by_leader {
-            let req = fetch_request(
-                topic,
-                &parts,
-                FetchLimits {
-                    isolation: 0,
-                    max_wait_ms: 1,
-                    min_bytes: 1,
-                    max_bytes: 1 << 20,
-                    partition_max_bytes: 64 << 10,
-                },
-            );
-            let resp = self.cluster.fetch(&addr, &req)?;
-            for t in resp.responses {
-                for fp in t.partitions {
-                    let p = fp.partition_index;
-                    let Some(&(_, offset)) = parts.iter().find(|(q, _)| *q == p) else {
-                        continue;
-                    };
-                    let data = match fp.error_code {
-                        0 => {
-                            let mut look = Look::new(p, offset);
-                            if let Some(mut bytes) = fp.records {
-                                while bytes.has_remaining() && !look.committed {
-                                    let set =
-                                        RecordBatchDecoder::decode(&mut bytes).map_err(|e| {
-                                            RawLogError::Protocol(format!("record batch: {e}"))
-                                        })?;
-                                    set.records.into_iter().for_each(|r| look.see(r));
-                                }
+/// For each (partition, offset) of `topic`: whether a data record lies at or after the offset,
+/// from the raw log, in one fetch per leader: whether an input is caught up, judged from the log
+/// itself rather than from a high watermark a broker may misreport
+/// ([`crate::kafka::quirks::HIGH_WATERMARK_AFTER_BATCH`]). Control records (transaction markers)
+/// do not count, nor do records of a transaction that the same answer shows aborted. An offset
+/// before the log's start counts as having data unless the log is empty; so does any offset below
+/// the high watermark that the broker's answer did not show (an empty answer is "don't know",
+/// never "caught up").
+pub(super) fn data_after(
+    cluster: &mut Cluster,
+    topic: &str,
+    wanted: &[(i32, i64)],
+) -> Result<BTreeMap<i32, bool>, RawLogError> {
+    let by_leader = cluster.by_leader(topic, wanted.iter().copied())?;
+    let mut out = BTreeMap::new();
+    for (addr, parts) in by_leader {
+        let req = fetch_request(
+            topic,
+            &parts,
+            FetchLimits {
+                isolation: 0,
+                max_wait_ms: 1,
+                min_bytes: 1,
+                max_bytes: 1 << 20,
+                partition_max_bytes: 64 << 10,
+            },
+        );
+        let resp = cluster.fetch(&addr, &req)?;
+        for t in resp.responses {
+            for fp in t.partitions {
+                let p = fp.partition_index;
+                let Some(&(_, offset)) = parts.iter().find(|(q, _)| *q == p) else {
+                    continue;
+                };
+                let data = match fp.error_code {
+                    0 => {
+                        let mut look = Look::new(p, offset);
+                        if let Some(mut bytes) = fp.records {
+                            while bytes.has_remaining() && !look.committed {
+                                let set = RecordBatchDecoder::decode(&mut bytes).map_err(|e| {
+                                    RawLogError::Protocol(format!("record batch: {e}"))
+                                })?;
+                                set.records.into_iter().for_each(|r| look.see(r));
                             }
-                            let (data, seen) = look.finish();
-                            // A broker may answer before it has read the log
-                            // (quirks::FETCH_ANSWERED_BEFORE_READ): offsets below the high
-                            // watermark that the answer did not show may hold data, so they count
-                            // as data.
-                            data || seen < fp.high_watermark
                         }
-                        // Before the log's start: data unless the log is empty.
-                        OFFSET_OUT_OF_RANGE => fp.log_start_offset < fp.high_watermark,
-                        code => {
-                            self.cluster.forget_leaders();
-                            return Err(RawLogError::Broker {
-                                code,
-                                what: format!("fetch {topic}/{p}@{offset}"),
-                            });
-                        }
-                    };
-                    out.insert(p, data);
-                }
+                        let (data, seen) = look.finish();
+                        // A broker may answer before it has read the log
+                        // (quirks::FETCH_ANSWERED_BEFORE_READ): offsets below the high
+                        // watermark that the answer did not show may hold data, so they count
+                        // as data.
+                        data || seen < fp.high_watermark
+                    }
+                    // Before the log's start: data unless the log is empty.
+                    OFFSET_OUT_OF_RANGE => fp.log_start_offset < fp.high_watermark,
+                    code => {
+                        cluster.forget_leaders();
+                        return Err(RawLogError::Broker {
+                            code,
+                            what: format!("fetch {topic}/{p}@{offset}"),
+                        });
+                    }
+                };
+                out.insert(p, data);
             }
         }
-        Ok(out)
     }
+    Ok(out)
 }
 
 /// What one answer shows after an offset, with its transactions resolved as every reader of the

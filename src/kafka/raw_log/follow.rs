@@ -1,5 +1,6 @@
-//! The second stage's reader of the repartition topic: the committed records of many partitions,
-//! read side by side, with each partition's transactions resolved as they stream by.
+//! The follow mode: the committed records of many partitions of one topic, followed as they grow
+//! and read side by side, with each partition's transactions resolved as they stream by (the
+//! hop's second stage, the sink, `tail`, the watch over a group's decisions).
 
 use super::client::*;
 use super::fetch::*;
@@ -9,20 +10,21 @@ use bytes::Buf;
 use kafka_protocol::records::RecordBatchDecoder;
 use std::collections::BTreeMap;
 
-/// Follows several partitions of one topic as they grow, for a reader that polls all the time (the
-/// second stage of the repartition hop): one Fetch request per leader and poll for every followed
-/// partition, and a transaction resolver per partition kept from one poll to the next, so each
-/// record is fetched and decoded once. Committed records come out in offset order per partition.
+/// What the follow mode keeps of one topic between polls ([`super::LogReader::poll`]): the
+/// partitions followed, and per partition where the next fetch starts and a transaction resolver
+/// kept from one poll to the next, so each record is fetched and decoded once. A poll sends one
+/// Fetch request per leader for every followed partition. Committed records come out in offset
+/// order per partition, each once.
 ///
-/// A transaction with no marker yet holds back the records after it. One whose first record is
-/// older than the transaction timeout is given up as aborted (the broker aborts it; it can never
-/// commit), the rule a restore follows too, so a producer that died and never came back cannot
-/// stall a partition for ever.
-pub struct CommittedReader {
+/// A transaction with no marker yet holds back the records after it. Given the producers'
+/// transaction timeout ([`Following::giving_up_after`]), one whose first record is older than it
+/// is given up as aborted (the broker aborts it; it can never commit), the rule a restore follows
+/// too, so a producer that died and never came back cannot stall a partition for ever.
+pub struct Following {
     topic: String,
-    cluster: Cluster,
     parts: BTreeMap<i32, ReadPart>,
-    transaction_timeout: i64,
+    /// The producers' transaction timeout (ms), if known.
+    transaction_timeout: Option<i64>,
     /// Rotates the order of partitions in requests: some brokers fill a response from its first
     /// partition on, which would starve the others while it has a backlog.
     turn: usize,
@@ -47,6 +49,8 @@ pub(super) struct ReadPart {
     at_end: bool,
     /// A hole an answer showed at `fetch_offset`, and since when the reads have waited at it.
     hole: Option<(i64, std::time::Instant)>,
+    /// The partition's high watermark in the last answer.
+    high_watermark: i64,
 }
 
 /// How long a partition's reads wait at a hole in fetch answers before they go past it.
@@ -109,31 +113,37 @@ impl ReadPart {
     }
 }
 
-impl std::fmt::Debug for CommittedReader {
+impl std::fmt::Debug for Following {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CommittedReader")
+        f.debug_struct("Following")
             .field("topic", &self.topic)
             .field("partitions", &self.parts.keys().collect::<Vec<_>>())
             .finish()
     }
 }
 
-impl CommittedReader {
-    /// Connects to the first bootstrap server; transactions older than `transaction_timeout`
-    /// (ms) without a marker are given up as aborted.
-    pub fn connect(
-        bootstrap: &str,
-        topic: &str,
-        transaction_timeout: i64,
-    ) -> Result<CommittedReader, RawLogError> {
-        Ok(CommittedReader {
+impl Following {
+    /// Follows no partition of `topic` yet; a transaction without a marker waits for it.
+    pub fn new(topic: &str) -> Following {
+        Following {
             topic: topic.to_string(),
-            cluster: Cluster::connect(bootstrap)?,
             parts: BTreeMap::new(),
-            transaction_timeout,
+            transaction_timeout: None,
             turn: 0,
             behind: false,
-        })
+        }
+    }
+
+    /// Gives up as aborted every transaction older than `transaction_timeout` (ms) without a
+    /// marker: the producers' timeout, after which the broker aborts them.
+    pub fn giving_up_after(mut self, transaction_timeout: i64) -> Following {
+        self.transaction_timeout = Some(transaction_timeout);
+        self
+    }
+
+    /// The topic followed.
+    pub fn topic(&self) -> &str {
+        &self.topic
     }
 
     /// Follows partition `p` from offset `from`, forgetting what was read of it before.
@@ -145,6 +155,7 @@ impl CommittedReader {
                 fetch_offset: from,
                 at_end: false,
                 hole: None,
+                high_watermark: from,
             },
         );
     }
@@ -152,6 +163,11 @@ impl CommittedReader {
     /// Stops following partition `p`.
     pub fn unfollow(&mut self, p: i32) {
         self.parts.remove(&p);
+    }
+
+    /// The partitions followed.
+    pub fn partitions(&self) -> impl Iterator<Item = i32> + '_ {
+        self.parts.keys().copied()
     }
 
     /// Whether any partition is followed.
@@ -165,18 +181,32 @@ impl CommittedReader {
         self.behind
     }
 
-    /// Fetches every followed partition once, waiting at most `max_wait_ms` for data, and hands
-    /// each committed record, resolved, to `emit`. Returns how many records were fetched (control
-    /// records and records still in open transactions included).
-    pub fn poll(
+    /// Where a read of partition `p` would start again without losing a committed record: the
+    /// first record still in an open transaction, or else the next fetch's offset. Everything
+    /// before it has been handed on or was aborted; `None` when `p` is not followed.
+    pub fn resume_at(&self, p: i32) -> Option<i64> {
+        let part = self.parts.get(&p)?;
+        Some(part.resolver.first_open().unwrap_or(part.fetch_offset))
+    }
+
+    /// Partition `p`'s high watermark in the last answer (where it was followed from, before any).
+    pub fn end(&self, p: i32) -> Option<i64> {
+        self.parts.get(&p).map(|part| part.high_watermark)
+    }
+
+    /// Fetches every followed partition once through `cluster`, waiting at most `max_wait_ms`
+    /// for data, and hands each committed record, resolved, to `emit`. Returns how many records
+    /// were fetched (control records and records still in open transactions included).
+    pub(super) fn poll(
         &mut self,
+        cluster: &mut Cluster,
         max_wait_ms: i32,
         mut emit: impl FnMut(RawRecord),
     ) -> Result<usize, RawLogError> {
         if self.parts.is_empty() {
             return Ok(0);
         }
-        let by_leader = self.cluster.by_leader(
+        let by_leader = cluster.by_leader(
             &self.topic,
             self.parts.iter().map(|(&p, part)| (p, part.fetch_offset)),
         )?;
@@ -205,9 +235,9 @@ impl CommittedReader {
                     partition_max_bytes: 4 << 20,
                 },
             );
-            let resp = self.cluster.fetch(&addr, &req)?;
+            let resp = cluster.fetch(&addr, &req)?;
             if resp.error_code != 0 {
-                self.cluster.forget_leaders();
+                cluster.forget_leaders();
                 return Err(RawLogError::Broker {
                     code: resp.error_code,
                     what: format!("fetch {}", self.topic),
@@ -220,7 +250,7 @@ impl CommittedReader {
                         continue;
                     };
                     if fp.error_code != 0 {
-                        self.cluster.forget_leaders();
+                        cluster.forget_leaders();
                         return Err(RawLogError::Broker {
                             code: fp.error_code,
                             what: format!("fetch {}/{p}@{}", self.topic, part.fetch_offset),
@@ -252,11 +282,14 @@ impl CommittedReader {
                         }
                     }
                     part.at_end = part.fetch_offset >= fp.high_watermark;
+                    part.high_watermark = fp.high_watermark;
                     self.behind |= !part.at_end;
                 }
             }
         }
-        let before = crate::clock::wall_ms().saturating_sub(self.transaction_timeout);
+        let before = self
+            .transaction_timeout
+            .map_or(i64::MIN, |t| crate::clock::wall_ms().saturating_sub(t));
         for (p, part) in &mut self.parts {
             if !part.at_end {
                 // A marker may still be on its way in the part of the log not read yet.
@@ -294,6 +327,7 @@ mod tests {
             fetch_offset: offset,
             at_end: false,
             hole: None,
+            high_watermark: offset,
         }
     }
 
