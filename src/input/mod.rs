@@ -182,27 +182,42 @@ pub fn encode_key(parts: &[Datum<'_>]) -> String {
         [] => String::new(),
         [one] => one.to_string(),
         many => {
-            // Written straight into one buffer, element by element, as serde_json writes the
-            // array of the values (so a reader that parses and re-serializes it gets it back).
-            let mut out = Vec::with_capacity(16 * many.len());
-            out.push(b'[');
+            // Written straight into one string, element by element, exactly as serde_json
+            // writes the array of the values (so a reader that parses and re-serializes it gets
+            // it back). A string that needs no escape, as nearly every key does, is copied
+            // whole, without serde_json's byte-by-byte escaping.
+            let mut out = String::with_capacity(16 * many.len());
+            out.push('[');
             for (i, d) in many.iter().enumerate() {
                 if i > 0 {
-                    out.push(b',');
+                    out.push(',');
                 }
-                let written = match d {
-                    Datum::Str(s) => serde_json::to_writer(&mut out, s.as_ref()),
-                    Datum::Int(n) => serde_json::to_writer(&mut out, n),
-                    Datum::Float(x) => serde_json::to_writer(&mut out, &Value::from(*x)),
-                    Datum::Bool(b) => serde_json::to_writer(&mut out, b),
-                    Datum::Null => serde_json::to_writer(&mut out, &()),
-                };
-                written.expect("writing JSON to memory cannot fail");
+                match d {
+                    Datum::Str(s) if !s.bytes().any(json_escaped) => {
+                        out.push('"');
+                        out.push_str(s);
+                        out.push('"');
+                    }
+                    Datum::Str(s) => out.push_str(&Value::from(s.as_ref()).to_string()),
+                    Datum::Int(n) => {
+                        use std::fmt::Write as _;
+                        write!(out, "{n}").expect("writing to a string cannot fail");
+                    }
+                    Datum::Float(x) => out.push_str(&Value::from(*x).to_string()),
+                    Datum::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+                    Datum::Null => out.push_str("null"),
+                }
             }
-            out.push(b']');
-            String::from_utf8(out).expect("serde_json writes UTF-8")
+            out.push(']');
+            out
         }
     }
+}
+
+/// Whether JSON writes byte `b` of a string escaped: a control character, a quote or a
+/// backslash (serde_json escapes nothing else).
+fn json_escaped(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
 }
 
 #[cfg(test)]
