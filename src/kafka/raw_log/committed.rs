@@ -33,13 +33,10 @@ pub(super) fn stream<E: From<RawLogError>>(
     topic: &str,
     p: i32,
     from: i64,
-    mut emit: impl FnMut(RawRecord) -> Result<(), E>,
+    emit: impl FnMut(RawRecord) -> Result<(), E>,
 ) -> Result<PartitionLog, E> {
     let addr = cluster.leader(topic, p)?;
-    let client = cluster.client(&addr)?;
-    let mut resolver = StreamResolver::new(p, from);
-    fetch_each(client, topic, p, 0, from, |r| resolver.push(r, &mut emit))?;
-    resolver.finish(&mut emit)
+    resolve_each(cluster.client(&addr)?, topic, p, from, emit)
 }
 
 /// Every partition of `topic` from its start, with what the broker hands a `read_committed`
@@ -77,13 +74,25 @@ fn resolve(
     from: i64,
 ) -> Result<PartitionLog, RawLogError> {
     let mut committed = Vec::new();
-    let mut resolver = StreamResolver::new(p, from);
-    let mut emit = |r| {
+    let mut log = resolve_each(client, topic, p, from, |r| {
         committed.push(r);
         Ok::<(), RawLogError>(())
-    };
-    fetch_each(client, topic, p, 0, from, |r| resolver.push(r, &mut emit))?;
-    let mut log = resolver.finish(&mut emit)?;
+    })?;
     log.committed = committed;
     Ok(log)
+}
+
+/// Streams partition `p` of `topic` from `from` to its end on `client` through a transaction
+/// resolver; committed records go to `emit` in offset order. Returns the log's tail summary (no
+/// committed records in it).
+fn resolve_each<E: From<RawLogError>>(
+    client: &mut RawClient,
+    topic: &str,
+    p: i32,
+    from: i64,
+    mut emit: impl FnMut(RawRecord) -> Result<(), E>,
+) -> Result<PartitionLog, E> {
+    let mut resolver = StreamResolver::new(p, from);
+    fetch_each(client, topic, p, 0, from, |r| resolver.push(r, &mut emit))?;
+    resolver.finish(&mut emit)
 }

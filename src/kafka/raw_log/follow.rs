@@ -141,11 +141,6 @@ impl Following {
         self
     }
 
-    /// The topic followed.
-    pub fn topic(&self) -> &str {
-        &self.topic
-    }
-
     /// Follows partition `p` from offset `from`, forgetting what was read of it before.
     pub fn follow(&mut self, p: i32, from: i64) {
         self.parts.insert(
