@@ -32,8 +32,7 @@ struct Look {
 /// The last look at each input partition, and the connection the looks are made on.
 #[derive(Debug)]
 pub(super) struct CatchUp {
-    bootstrap: String,
-    reader: Option<LogReader>,
+    reader: LogReader,
     looks: HashMap<(String, i32), Look>,
 }
 
@@ -41,8 +40,7 @@ impl CatchUp {
     /// No look yet; the connection to `bootstrap` is opened at the first look.
     pub(super) fn new(bootstrap: &str) -> CatchUp {
         CatchUp {
-            bootstrap: bootstrap.to_string(),
-            reader: None,
+            reader: LogReader::lazy(bootstrap),
             looks: HashMap::new(),
         }
     }
@@ -107,18 +105,8 @@ impl CatchUp {
         if wanted.is_empty() {
             return;
         }
-        if self.reader.is_none() {
-            match LogReader::connect(&self.bootstrap) {
-                Ok(p) => self.reader = Some(p),
-                Err(e) => {
-                    tracing::warn!("looking at the input's raw log: {e}");
-                    return;
-                }
-            }
-        }
-        let reader = self.reader.as_mut().expect("connected above");
         for (topic, parts) in wanted {
-            match reader.peek(&topic, &parts) {
+            match self.reader.peek(&topic, &parts) {
                 Ok(found) => {
                     for (p, position) in parts {
                         // No answer for a partition: data may lie there.
@@ -128,7 +116,6 @@ impl CatchUp {
                 }
                 Err(e) => {
                     tracing::warn!("looking at the raw log of {topic}: {e}");
-                    self.reader = None;
                     return;
                 }
             }

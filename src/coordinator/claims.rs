@@ -240,7 +240,7 @@ impl Claims {
 /// The key and value of each data record of a raw read (markers left out), empty where absent:
 /// a claim counts as soon as it is written, whatever becomes of its transaction.
 fn data(records: &[RawRecord]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    records.iter().filter(|r| r.marker.is_none()).map(|r| {
+    records.iter().filter(|r| r.is_data()).map(|r| {
         (
             r.key.as_deref().unwrap_or_default(),
             r.value.as_deref().unwrap_or_default(),

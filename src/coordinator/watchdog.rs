@@ -153,7 +153,7 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicU32>, stop: Arc<AtomicBool
     let mut wedge = WedgeWatch::new(bound_ms);
     let mut blind_wedge = BlindWatch::new(bound_ms);
     let mut stalls = StallWatch::default();
-    let mut reader: Option<LogReader> = None;
+    let mut reader = LogReader::lazy(&w.bootstrap);
     let mut said_blind = false;
     let mut wedges_in_a_row = 0u32;
     let mut counts: Option<(std::time::Instant, BTreeMap<String, i32>)> = None;
@@ -256,7 +256,7 @@ fn clear_phantom_leader(w: &Watched) {
 fn standings(
     w: &Watched,
     counts: &BTreeMap<String, i32>,
-    reader: &mut Option<LogReader>,
+    log: &mut LogReader,
 ) -> Option<BTreeMap<(String, i32), Standing>> {
     let mut tpl = TopicPartitionList::new();
     for (t, n) in counts {
@@ -265,10 +265,6 @@ fn standings(
         }
     }
     let committed = w.client.committed_offsets(tpl, ASK_TIMEOUT).ok()?;
-    if reader.is_none() {
-        *reader = LogReader::connect(&w.bootstrap).ok();
-    }
-    let log = reader.as_mut()?;
     let mut out = BTreeMap::new();
     for (t, n) in counts {
         let at: Vec<(i32, Option<i64>)> = (0..*n)
@@ -287,7 +283,6 @@ fn standings(
             Ok(d) => d,
             Err(e) => {
                 tracing::debug!("group watchdog: reading {t}: {e}");
-                *reader = None;
                 return None;
             }
         };

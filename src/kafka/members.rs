@@ -62,7 +62,7 @@ impl Roster {
         let (mut records, next) = reader
             .raw(topic, 0, 0)
             .map_err(|e| MembersError(format!("reading {topic}: {e}")))?;
-        records.retain(|r| r.marker.is_none());
+        records.retain(|r| r.is_data());
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
@@ -136,7 +136,7 @@ impl Roster {
         match self.reader.raw(&self.topic, 0, self.next) {
             Ok((records, next)) => {
                 let now = Instant::now();
-                let data = records.iter().filter(|r| r.marker.is_none());
+                let data = records.iter().filter(|r| r.is_data());
                 for (key, value, _) in data.map(parts_of) {
                     if let Some((t, left)) = token_of(key, value) {
                         self.heard.note(&t, now, left);
@@ -204,9 +204,8 @@ const LOOK_READS: usize = 100;
 /// would cost more as it grows).
 #[derive(Debug)]
 pub struct DecisionsWatch {
-    bootstrap: String,
     /// The reader, connected on the first look and again after a read fails.
-    reader: Option<LogReader>,
+    reader: LogReader,
     following: Following,
     decided: GroupDecisions,
 }
@@ -215,8 +214,7 @@ impl DecisionsWatch {
     /// A watch over `claims_topic` that has read nothing yet.
     pub fn new(bootstrap: &str, claims_topic: &str) -> DecisionsWatch {
         DecisionsWatch {
-            bootstrap: bootstrap.to_string(),
-            reader: None,
+            reader: LogReader::lazy(bootstrap),
             following: {
                 let mut f = Following::new(claims_topic);
                 f.follow(0, 0);
@@ -229,20 +227,13 @@ impl DecisionsWatch {
     /// The decisions recorded so far, reading what committed since the last look (a read that
     /// fails, as of a topic that does not exist yet, adds nothing; the next look tries again).
     pub fn look(&mut self) -> GroupDecisions {
-        if self.reader.is_none() {
-            self.reader = LogReader::connect(&self.bootstrap).ok();
-        }
         let mut fresh = Vec::new();
         // Reads on while the log holds more, a bounded number of times: a look must not hang on
         // a partition whose end stays out of reach.
         for _ in 0..LOOK_READS {
-            let Some(reader) = self.reader.as_mut() else {
-                break;
-            };
-            match reader.poll(&mut self.following, 0, |r| fresh.push(r)) {
+            match self.reader.poll(&mut self.following, 0, |r| fresh.push(r)) {
                 Ok(_) if self.following.is_behind() => continue,
-                Ok(_) => break,
-                Err(_) => self.reader = None,
+                _ => break,
             }
         }
         // Records handed on before a read failed count: the next look reads on after them.

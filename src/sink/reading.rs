@@ -8,9 +8,8 @@ use std::collections::BTreeMap;
 /// The sink's reader of the raw log and, per topic, the partitions it follows.
 #[derive(Debug)]
 pub(super) struct Reading {
-    bootstrap: String,
     /// Connected on first use, and again after a read fails.
-    reader: Option<LogReader>,
+    reader: LogReader,
     topics: BTreeMap<String, Following>,
 }
 
@@ -19,8 +18,7 @@ impl Reading {
     /// `transaction_timeout` (ms, the pipeline's) without a marker are given up as aborted.
     pub(super) fn new(bootstrap: &str, topics: &[String], transaction_timeout: i64) -> Reading {
         Reading {
-            bootstrap: bootstrap.to_string(),
-            reader: None,
+            reader: LogReader::lazy(bootstrap),
             topics: topics
                 .iter()
                 .map(|t| {
@@ -90,23 +88,12 @@ impl Reading {
         if self.topics.values().all(|f| f.is_idle()) {
             return fresh;
         }
-        if self.reader.is_none() {
-            match LogReader::connect(&self.bootstrap) {
-                Ok(r) => self.reader = Some(r),
-                Err(e) => {
-                    tracing::warn!("connecting to read the output: {e}");
-                    return fresh;
-                }
-            }
-        }
-        let reader = self.reader.as_mut().expect("connected above");
         for (topic, f) in &mut self.topics {
             if f.is_idle() {
                 continue;
             }
-            if let Err(e) = reader.poll(f, 0, |r| fresh.push((topic.clone(), r))) {
+            if let Err(e) = self.reader.poll(f, 0, |r| fresh.push((topic.clone(), r))) {
                 tracing::warn!("reading {topic}: {e}");
-                self.reader = None;
                 break;
             }
         }

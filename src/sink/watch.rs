@@ -47,8 +47,8 @@ pub(super) enum Act {
 
 /// The sink's group watchdog (see the module's documentation).
 pub(super) struct Watch {
-    bootstrap: String,
-    reader: Option<LogReader>,
+    /// Connected on the first look, and again after a look fails.
+    reader: LogReader,
     stall: StallWatch,
     blind: BlindWatch,
     /// The bound (ms) a partition may stay stalled.
@@ -64,8 +64,7 @@ impl Watch {
     pub(super) fn new(bootstrap: &str, session: Duration) -> Watch {
         let bound_ms = (session * SESSION_TIMEOUTS).as_millis() as i64;
         Watch {
-            bootstrap: bootstrap.to_string(),
-            reader: None,
+            reader: LogReader::lazy(bootstrap),
             stall: StallWatch::default(),
             blind: BlindWatch::new(bound_ms),
             bound_ms,
@@ -96,7 +95,6 @@ impl Watch {
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!("the sink's group watchdog: {e}");
-                self.reader = None;
                 return Act::Wait;
             }
         };
@@ -112,10 +110,6 @@ impl Watch {
         parts: &[TopicPartition],
         stored: &Offsets,
     ) -> Result<BTreeMap<TopicPartition, Standing>, String> {
-        if self.reader.is_none() {
-            self.reader = Some(LogReader::connect(&self.bootstrap).map_err(|e| e.to_string())?);
-        }
-        let reader = self.reader.as_mut().expect("connected");
         let mut by_topic: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
         for tp in parts {
             let from = stored.get(tp).copied().unwrap_or(0);
@@ -123,7 +117,8 @@ impl Watch {
         }
         let mut out = BTreeMap::new();
         for (topic, wanted) in by_topic {
-            let data = reader
+            let data = self
+                .reader
                 .peek(topic, &wanted)
                 .map_err(|e| format!("looking at {topic}: {e}"))?;
             for (p, from) in wanted {

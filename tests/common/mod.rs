@@ -702,7 +702,7 @@ pub fn dump_topic(
         let committed: std::collections::BTreeSet<i64> =
             log.committed.iter().map(|r| r.offset).collect();
         for r in records {
-            let fate = if r.marker.is_some() {
+            let fate = if !r.is_data() {
                 "marker"
             } else if committed.contains(&r.offset) {
                 "committed"

@@ -103,7 +103,7 @@ fn claimed_under(extra_props: &str) -> Vec<String> {
     let all: Vec<String> = common::dump_topic(&broker.addr, "scn-claims")
         .unwrap()
         .into_iter()
-        .filter(|(r, _)| r.marker.is_none())
+        .filter(|(r, _)| r.is_data())
         .map(|(r, _)| String::from_utf8(r.value.unwrap_or_default().to_vec()).unwrap())
         .collect();
     let claims: Vec<String> = all.iter().filter(|v| *v != "eager").cloned().collect();

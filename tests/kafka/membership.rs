@@ -281,7 +281,7 @@ fn a_group_that_stays_wedged_moves_to_membership_from_the_log_and_finishes_the_i
     let moves: usize = common::dump_topic(&broker.addr, "scn-claims")
         .unwrap()
         .into_iter()
-        .filter(|(r, _)| r.marker.is_none())
+        .filter(|(r, _)| r.is_data())
         .filter(|(r, _)| {
             tidemark::kafka::roster::is_move_to_log(
                 r.key.as_deref().unwrap_or_default(),

@@ -166,6 +166,16 @@ impl Cluster {
         })
     }
 
+    /// Opens no connection until the first read needs one.
+    pub(super) fn lazy(bootstrap: &str) -> Cluster {
+        Cluster {
+            addr: bootstrap.to_string(),
+            bootstrap: None,
+            leaders: HashMap::new(),
+            conns: HashMap::new(),
+        }
+    }
+
     /// The partitions of `topic` and their leaders' addresses, asked afresh.
     pub(super) fn refresh(&mut self, topic: &str) -> Result<&BTreeMap<i32, String>, RawLogError> {
         let client = match &mut self.bootstrap {

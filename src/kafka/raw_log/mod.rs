@@ -92,6 +92,11 @@ pub struct RawRecord {
 }
 
 impl RawRecord {
+    /// Whether this is a data record, not a transaction marker.
+    pub fn is_data(&self) -> bool {
+        self.marker.is_none()
+    }
+
     /// A record of partition `partition` as the protocol decoder gave it.
     fn from_record(partition: i32, r: Record) -> RawRecord {
         RawRecord {

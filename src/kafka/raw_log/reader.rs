@@ -39,6 +39,14 @@ impl LogReader {
         })
     }
 
+    /// Connects on the first read instead, and again on the read after one that failed: for a
+    /// reader that lives as long as its owner and must outlast a broker's restart.
+    pub fn lazy(bootstrap: &str) -> LogReader {
+        LogReader {
+            cluster: Cluster::lazy(bootstrap),
+        }
+    }
+
     /// The partitions of `topic`, asked afresh.
     pub fn partitions(&mut self, topic: &str) -> Result<Vec<i32>, RawLogError> {
         let read = self
