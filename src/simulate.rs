@@ -40,8 +40,11 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 
-/// How often (in events) the engine's state is flushed to RocksDB during a simulation.
-pub const FLUSH_EVERY: u64 = 10_000;
+/// How often (in events) the engine's state is flushed to RocksDB during a simulation. One
+/// flush writes every state changed since the last as one batch, so a longer stretch coalesces
+/// more changes to one key into one write; the dirty states it holds meanwhile are bounded by
+/// this many events.
+pub const FLUSH_EVERY: u64 = 100_000;
 
 /// Errors that stop a simulation (bad input lines never do: they become dead letters).
 #[derive(Debug, thiserror::Error)]
