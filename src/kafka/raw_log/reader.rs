@@ -80,10 +80,7 @@ impl LogReader {
         emit: impl FnMut(RawRecord) -> Result<(), E>,
     ) -> Result<PartitionLog, E> {
         let read = committed::stream(&mut self.cluster, topic, p, from, emit);
-        if read.is_err() {
-            self.cluster.forget_all();
-        }
-        read
+        self.after(read)
     }
 
     /// Reads every partition of `topic` from its start and resolves every transaction; counts
@@ -131,7 +128,7 @@ impl LogReader {
     }
 
     /// Passes a read's result on; after an error, forgets every connection and leader.
-    fn after<T>(&mut self, read: Result<T, RawLogError>) -> Result<T, RawLogError> {
+    fn after<T, E>(&mut self, read: Result<T, E>) -> Result<T, E> {
         if read.is_err() {
             self.cluster.forget_all();
         }
