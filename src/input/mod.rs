@@ -180,6 +180,8 @@ pub(crate) fn parse_rfc3339(field: &str, s: &str) -> Result<i64, DecodeError> {
 pub fn encode_key(parts: &[Datum<'_>]) -> String {
     match parts {
         [] => String::new(),
+        // A string is copied as is, without the formatting machinery (most keys are one).
+        [Datum::Str(s)] => String::from(s.as_ref()),
         [one] => one.to_string(),
         many => {
             // Written straight into one string, element by element, exactly as serde_json
