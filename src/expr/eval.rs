@@ -25,10 +25,6 @@ impl Expr {
     fn eval_node<'a, R: Row>(&'a self, row: &'a R) -> Result<Datum<'a>, EvalError> {
         Ok(match self {
             Expr::Lit(_) | Expr::Field { .. } => return self.eval(row),
-            Expr::Not(e) => match truth(e.eval(row)?, "NOT")? {
-                None => Datum::Null,
-                Some(b) => Datum::Bool(!b),
-            },
             Expr::Neg(e) => match e.eval(row)? {
                 Datum::Null => Datum::Null,
                 Datum::Int(i) => Datum::Int(
@@ -38,44 +34,10 @@ impl Expr {
                 Datum::Float(f) => Datum::Float(-f),
                 other => return err(format!("cannot negate {}", other.type_name())),
             },
-            Expr::And(a, b) => {
-                let l = truth(a.eval(row)?, "AND")?;
-                if l == Some(false) {
-                    return Ok(Datum::Bool(false));
-                }
-                match (l, truth(b.eval(row)?, "AND")?) {
-                    (_, Some(false)) => Datum::Bool(false),
-                    (Some(true), Some(true)) => Datum::Bool(true),
-                    _ => Datum::Null,
-                }
-            }
-            Expr::Or(a, b) => {
-                let l = truth(a.eval(row)?, "OR")?;
-                if l == Some(true) {
-                    return Ok(Datum::Bool(true));
-                }
-                match (l, truth(b.eval(row)?, "OR")?) {
-                    (_, Some(true)) => Datum::Bool(true),
-                    (Some(false), Some(false)) => Datum::Bool(false),
-                    _ => Datum::Null,
-                }
-            }
-            Expr::Cmp(op, a, b) => {
-                let (l, r) = (a.eval(row)?, b.eval(row)?);
-                // Equality of strings needs no order: lengths that differ settle it at once.
-                if let (CmpOp::Eq | CmpOp::NotEq, Datum::Str(x), Datum::Str(y)) = (op, &l, &r) {
-                    return Ok(Datum::Bool((x == y) == (*op == CmpOp::Eq)));
-                }
-                match compare(&l, &r)? {
+            Expr::Not(_) | Expr::And(..) | Expr::Or(..) | Expr::Cmp(..) => {
+                match self.truth_of(row, "")? {
                     None => Datum::Null,
-                    Some(ord) => Datum::Bool(match op {
-                        CmpOp::Eq => ord == Ordering::Equal,
-                        CmpOp::NotEq => ord != Ordering::Equal,
-                        CmpOp::Lt => ord == Ordering::Less,
-                        CmpOp::LtEq => ord != Ordering::Greater,
-                        CmpOp::Gt => ord == Ordering::Greater,
-                        CmpOp::GtEq => ord != Ordering::Less,
-                    }),
+                    Some(b) => Datum::Bool(b),
                 }
             }
             Expr::Arith(op, a, b) => arith(*op, a.eval(row)?, b.eval(row)?)?,
@@ -183,7 +145,54 @@ impl Expr {
     /// The expression as a filter: true keeps the record; false and NULL reject it (as SQL's
     /// `WHERE` does); a value that is not a boolean is an error.
     pub fn eval_filter<R: Row>(&self, row: &R) -> Result<bool, EvalError> {
-        Ok(truth(self.eval(row)?, "a filter")? == Some(true))
+        Ok(self.truth_of(row, "a filter")? == Some(true))
+    }
+
+    /// The expression's truth value: `None` for NULL, an error when it is not a boolean (`what`
+    /// names where one was needed). `NOT`, `AND`, `OR` and comparisons, the whole of most
+    /// filters, are answered here without a value of their own, the rest through [`Expr::eval`].
+    fn truth_of<R: Row>(&self, row: &R, what: &str) -> Result<Option<bool>, EvalError> {
+        match self {
+            Expr::Not(e) => Ok(e.truth_of(row, "NOT")?.map(|b| !b)),
+            Expr::And(a, b) => {
+                let l = a.truth_of(row, "AND")?;
+                if l == Some(false) {
+                    return Ok(Some(false));
+                }
+                Ok(match (l, b.truth_of(row, "AND")?) {
+                    (_, Some(false)) => Some(false),
+                    (Some(true), Some(true)) => Some(true),
+                    _ => None,
+                })
+            }
+            Expr::Or(a, b) => {
+                let l = a.truth_of(row, "OR")?;
+                if l == Some(true) {
+                    return Ok(Some(true));
+                }
+                Ok(match (l, b.truth_of(row, "OR")?) {
+                    (_, Some(true)) => Some(true),
+                    (Some(false), Some(false)) => Some(false),
+                    _ => None,
+                })
+            }
+            Expr::Cmp(op, a, b) => {
+                let (l, r) = (a.eval(row)?, b.eval(row)?);
+                // Equality of strings needs no order: lengths that differ settle it at once.
+                if let (CmpOp::Eq | CmpOp::NotEq, Datum::Str(x), Datum::Str(y)) = (op, &l, &r) {
+                    return Ok(Some((x == y) == (*op == CmpOp::Eq)));
+                }
+                Ok(compare(&l, &r)?.map(|ord| match op {
+                    CmpOp::Eq => ord == Ordering::Equal,
+                    CmpOp::NotEq => ord != Ordering::Equal,
+                    CmpOp::Lt => ord == Ordering::Less,
+                    CmpOp::LtEq => ord != Ordering::Greater,
+                    CmpOp::Gt => ord == Ordering::Greater,
+                    CmpOp::GtEq => ord != Ordering::Less,
+                }))
+            }
+            _ => truth(self.eval(row)?, what),
+        }
     }
 
     /// Calls `f` with every field slot the expression reads.

@@ -261,6 +261,26 @@ mod props {
                 let _ = e.eval(&r);
             }
         }
+
+        /// A filter keeps a record exactly when the expression's value is TRUE, rejects it when
+        /// the value is FALSE or NULL, and fails, with the same message, exactly when the value
+        /// cannot be had or is not a boolean.
+        #[test]
+        fn filters_agree_with_values(vals in prop::collection::vec(datum(), 3)) {
+            for text in ["a = b AND c", "a < b OR NOT c", "NOT (a = b)", "a", "a AND b OR c",
+                         "(a > b) = c", "NOT a", "a <> b AND b >= c OR a IS NULL", "a + 1 > b"] {
+                let mut paths = Paths::default();
+                let e = parse(text, &mut paths).unwrap();
+                let r = Rec { values: paths.all().iter().map(|p| p.join(".")).zip(vals.clone()).collect(), paths };
+                let want = match e.eval(&r) {
+                    Ok(Datum::Bool(b)) => Ok(b),
+                    Ok(Datum::Null) => Ok(false),
+                    Ok(other) => Err(format!("a filter needs a boolean, got {}", other.type_name())),
+                    Err(e) => Err(e.0),
+                };
+                prop_assert_eq!(e.eval_filter(&r).map_err(|e| e.0), want, "{}", text);
+            }
+        }
     }
 }
 
