@@ -25,7 +25,7 @@
 pub mod avro;
 pub mod decode;
 
-use crate::expr::{Datum, Expr, Paths, Row};
+use crate::expr::{Datum, Expr, Func, Paths, Row};
 use crate::pipeline::Reason;
 use crate::windowing::time::MAX_ABS_TIMESTAMP;
 use serde::Deserialize as _;
@@ -178,29 +178,77 @@ pub(crate) fn parse_rfc3339(field: &str, s: &str) -> Result<i64, DecodeError> {
 /// Several: the JSON array of the values, so `["a","b"]` and `"a\u0000b"` never collide and a
 /// sink can read the parts back.
 pub fn encode_key(parts: &[Datum<'_>]) -> String {
+    let parts: smallvec::SmallVec<[(Datum<'_>, Fold); 4]> =
+        parts.iter().map(|d| (d.clone(), Fold::Keep)).collect();
+    encode_parts(&parts)
+}
+
+/// How a key part's string is written: as it is, or in ASCII lower or upper case (the value of
+/// `lower(x)` or `upper(x)` when `x` is an ASCII string).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fold {
+    Keep,
+    Lower,
+    Upper,
+}
+
+impl Fold {
+    /// The fold and its argument when `e` is `lower(x)` or `upper(x)`.
+    fn of(e: &Expr) -> Option<(Fold, &Expr)> {
+        match e {
+            Expr::Call(Func::Lower, args) if args.len() == 1 => Some((Fold::Lower, &args[0])),
+            Expr::Call(Func::Upper, args) if args.len() == 1 => Some((Fold::Upper, &args[0])),
+            _ => None,
+        }
+    }
+
+    /// Appends `s` to `out`, folded.
+    fn push(self, out: &mut String, s: &str) {
+        let start = out.len();
+        out.push_str(s);
+        match self {
+            Fold::Keep => {}
+            Fold::Lower => out[start..].make_ascii_lowercase(),
+            Fold::Upper => out[start..].make_ascii_uppercase(),
+        }
+    }
+}
+
+/// [`encode_key`] of parts whose strings may be folded.
+fn encode_parts(parts: &[(Datum<'_>, Fold)]) -> String {
     match parts {
         [] => String::new(),
         // A string is copied as is, without the formatting machinery (most keys are one).
-        [Datum::Str(s)] => String::from(s.as_ref()),
-        [one] => one.to_string(),
+        [(Datum::Str(s), Fold::Keep)] => String::from(s.as_ref()),
+        [(Datum::Str(s), fold)] => {
+            let mut out = String::with_capacity(s.len());
+            fold.push(&mut out, s);
+            out
+        }
+        [(one, _)] => one.to_string(),
         many => {
             // Written straight into one string, element by element, exactly as serde_json
             // writes the array of the values (so a reader that parses and re-serializes it gets
             // it back). A string that needs no escape, as nearly every key does, is copied
-            // whole, without serde_json's byte-by-byte escaping.
+            // whole, without serde_json's byte-by-byte escaping; case folding changes no byte
+            // that needs one.
             let mut out = String::with_capacity(16 * many.len());
             out.push('[');
-            for (i, d) in many.iter().enumerate() {
+            for (i, (d, fold)) in many.iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
                 match d {
                     Datum::Str(s) if !s.bytes().any(json_escaped) => {
                         out.push('"');
-                        out.push_str(s);
+                        fold.push(&mut out, s);
                         out.push('"');
                     }
-                    Datum::Str(s) => out.push_str(&Value::from(s.as_ref()).to_string()),
+                    Datum::Str(s) => {
+                        let mut folded = String::with_capacity(s.len());
+                        fold.push(&mut folded, s);
+                        out.push_str(&Value::from(folded).to_string())
+                    }
                     Datum::Int(n) => {
                         use std::fmt::Write as _;
                         write!(out, "{n}").expect("writing to a string cannot fail");
@@ -302,13 +350,19 @@ impl InputSpec {
                 return Ok(None);
             }
         }
-        let mut parts: smallvec::SmallVec<[Datum<'_>; 4]> = smallvec::SmallVec::new();
+        let mut parts: smallvec::SmallVec<[(Datum<'_>, Fold); 4]> = smallvec::SmallVec::new();
         for part in &self.key {
-            let v = part
-                .value
-                .expr
-                .eval(row)
-                .map_err(|e| failed(&format!("key part {:?}", part.value.text), e))?;
+            // `lower(x)` or `upper(x)` of an ASCII string is folded as the key is written,
+            // without a string of its own; anything else is evaluated whole.
+            let whole = &part.value.expr;
+            let (v, fold) = match Fold::of(whole) {
+                Some((fold, arg)) => match arg.eval(row) {
+                    Ok(Datum::Str(s)) if s.is_ascii() => (Ok(Datum::Str(s)), fold),
+                    _ => (whole.eval(row), Fold::Keep),
+                },
+                None => (whole.eval(row), Fold::Keep),
+            };
+            let v = v.map_err(|e| failed(&format!("key part {:?}", part.value.text), e))?;
             match v {
                 Datum::Null => {
                     return Err(match part.value.expr.as_field() {
@@ -323,10 +377,10 @@ impl InputSpec {
                         got: v.type_name().to_string(),
                     })
                 }
-                _ => parts.push(v),
+                _ => parts.push((v, fold)),
             }
         }
-        let key = encode_key(&parts);
+        let key = encode_parts(&parts);
         drop(parts);
         let ts = match &self.time {
             TimeSpec::Processing => meta.now,
@@ -1030,6 +1084,40 @@ mod tests {
                 // Byte for byte what serde_json writes for the array: the text is the state
                 // key and the dedup id's input, so it must not change with the writer.
                 prop_assert_eq!(encode_key(a), serde_json::to_string(&back).unwrap());
+            }
+
+            /// A key part `lower(x)` or `upper(x)`, folded as the key is written, gives the key
+            /// (or the error) that evaluating the part whole gives, whatever `x` holds.
+            #[test]
+            fn folded_key_parts_encode_as_evaluated(
+                a in "[a-cA-C\\\\\"\u{0}\u{1f}éÉ ]{0,4}",
+                b in prop_oneof![
+                    "[a-cA-C\\\\\"éÉ]{0,3}".prop_map(|t| Value::from(t).to_string()),
+                    any::<i32>().prop_map(|n| n.to_string()),
+                    Just("null".to_string()),
+                    Just("true".to_string()),
+                ],
+            ) {
+                let record = format!(r#"{{"a":{},"b":{b},"ts":1}}"#, Value::from(a.as_str()));
+                let keys: [&[&str]; 4] = [&["lower(a)"], &["upper(b)"], &["a", "lower(a)", "upper(b)"], &["lower(b)", "b"]];
+                for key in keys {
+                    let spec = spec(None, key, "ts", &[]);
+                    let value: Value = serde_json::from_str(&record).unwrap();
+                    let paths = spec.paths.all();
+                    let row = JsonFields(|slot: usize| lookup(&value, &paths[slot]), std::marker::PhantomData);
+                    let whole: Result<Vec<Datum>, String> = spec
+                        .key
+                        .iter()
+                        .map(|p| p.value.expr.eval(&row).map_err(|e| e.0))
+                        .collect();
+                    let got = JsonDecoder::new(spec.clone()).decode(record.as_bytes(), Meta::default());
+                    match whole {
+                        Ok(parts) if parts.iter().all(|d| matches!(d, Datum::Str(_) | Datum::Int(_))) => {
+                            prop_assert_eq!(got.unwrap().unwrap().key, encode_key(&parts), "{:?}", key);
+                        }
+                        _ => prop_assert!(got.is_err(), "{:?} {:?}", key, got),
+                    }
+                }
             }
         }
     }
