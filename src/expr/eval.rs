@@ -154,25 +154,20 @@ impl Expr {
     fn truth_of<R: Row>(&self, row: &R, what: &str) -> Result<Option<bool>, EvalError> {
         match self {
             Expr::Not(e) => Ok(e.truth_of(row, "NOT")?.map(|b| !b)),
-            Expr::And(a, b) => {
-                let l = a.truth_of(row, "AND")?;
-                if l == Some(false) {
-                    return Ok(Some(false));
+            Expr::And(a, b) | Expr::Or(a, b) => {
+                // The operand value that settles the operator alone: FALSE for AND, TRUE for OR.
+                let (settles, name) = match self {
+                    Expr::And(..) => (false, "AND"),
+                    _ => (true, "OR"),
+                };
+                let l = a.truth_of(row, name)?;
+                if l == Some(settles) {
+                    return Ok(l);
                 }
-                Ok(match (l, b.truth_of(row, "AND")?) {
-                    (_, Some(false)) => Some(false),
-                    (Some(true), Some(true)) => Some(true),
-                    _ => None,
-                })
-            }
-            Expr::Or(a, b) => {
-                let l = a.truth_of(row, "OR")?;
-                if l == Some(true) {
-                    return Ok(Some(true));
-                }
-                Ok(match (l, b.truth_of(row, "OR")?) {
-                    (_, Some(true)) => Some(true),
-                    (Some(false), Some(false)) => Some(false),
+                let r = b.truth_of(row, name)?;
+                Ok(match (l, r) {
+                    (_, Some(x)) if x == settles => r,
+                    (Some(_), Some(_)) => Some(!settles),
                     _ => None,
                 })
             }
