@@ -338,10 +338,11 @@ fn a_pipeline_whose_broker_is_killed_commits_no_pane_twice_and_goes_on() {
     );
     assert!(report.gaps.is_empty(), "gaps: {:?}", report.gaps);
     let got = committed_values(&broker.addr, "panes");
+    let after_from = last_quarter_from(&s);
     let unexpected: Vec<&String> = got
         .iter()
         .filter(|p| !s.expected.contains(p))
-        .filter(|p| window_start(p) >= last_quarter_from(&s))
+        .filter(|p| window_start(p) >= after_from)
         .collect();
     assert!(
         unexpected.is_empty(),
