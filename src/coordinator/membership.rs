@@ -334,6 +334,11 @@ impl Membership {
         self.consumer.unsubscribe();
         self.settings.set("partition.assignment.strategy", strategy);
         self.protocol = protocol;
+        self.subscribe_anew()
+    }
+
+    /// Replaces the consumer with a new one subscribed with the current settings.
+    fn subscribe_anew(&mut self) -> Result<(), RunError> {
         let (consumer, idle) = subscribed(
             &self.core,
             &self.k,
@@ -355,16 +360,7 @@ impl Membership {
             Rejoin::Subscribed => Ok(()),
             Rejoin::AsDynamicMember => {
                 self.settings.remove("group.instance.id");
-                let (consumer, idle) = subscribed(
-                    &self.core,
-                    &self.k,
-                    self.input_partitions,
-                    &self.settings,
-                    &self.topics,
-                )?;
-                self.consumer = consumer;
-                self.idle = idle;
-                Ok(())
+                self.subscribe_anew()
             }
         }
     }
