@@ -32,6 +32,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The member's output side ([`Out`]: the open transaction, telemetry and output settings),
+/// borrowed field by field so the member's other parts stay free to borrow.
+macro_rules! out {
+    ($member:expr) => {
+        Out {
+            txn: &mut $member.txn,
+            telemetry: &mut $member.telemetry,
+            output: &$member.output,
+        }
+    };
+}
+
 /// A member of the pipeline's group: what it runs with, its partitions and sources, the open
 /// transaction, and the parts that write, report and fence.
 pub struct Core {
@@ -157,11 +169,7 @@ impl Core {
             let Some(part) = self.parts.get_mut(&msg.partition()) else {
                 return Ok(()); // not (or no longer) ours
             };
-            let mut out = Out {
-                txn: &mut self.txn,
-                telemetry: &mut self.telemetry,
-                output: &self.output,
-            };
+            let mut out = out!(self);
             return process::keyed_record(part, &mut self.decoder, &mut out, msg);
         }
         // The repartition topic's partitions stay paused: only input records come here.
@@ -175,11 +183,7 @@ impl Core {
         src.first_seen.get_or_insert(offset);
         src.next_offset = Some(offset + 1);
         src.batch_in += 1;
-        let mut out = Out {
-            txn: &mut self.txn,
-            telemetry: &mut self.telemetry,
-            output: &self.output,
-        };
+        let mut out = out!(self);
         out.txn.add_records(1);
         match self.first.as_mut() {
             Some(first) => first.record(&self.s, src, &mut self.decoder, &mut out, msg, topic),
@@ -193,11 +197,7 @@ impl Core {
 
     /// Lets processing time move idle watermarks and early firings when no record arrives.
     pub(super) fn on_tick(&mut self) -> Result<(), CycleError> {
-        let mut out = Out {
-            txn: &mut self.txn,
-            telemetry: &mut self.telemetry,
-            output: &self.output,
-        };
+        let mut out = out!(self);
         process::tick(
             &self.s,
             &mut self.parts,
@@ -231,11 +231,7 @@ impl Core {
         let Some(second) = self.second.as_mut() else {
             return Ok(0);
         };
-        let mut out = Out {
-            txn: &mut self.txn,
-            telemetry: &mut self.telemetry,
-            output: &self.output,
-        };
+        let mut out = out!(self);
         second.read(&self.s, &mut self.parts, &mut out)
     }
 
