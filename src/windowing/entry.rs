@@ -19,7 +19,7 @@
 //! next flush rewrites them as tag 5 and deletes the old entries. Tag 0 is never a state key: the
 //! changelog's markers use it ([`crate::state::changelog`]).
 
-use super::aggregate::{Acc, AggSpec};
+use super::aggregate::{value, Acc, AggSpec};
 use super::assigner::Window;
 use super::changes::Changes;
 use super::keystate::{Cursor, KeyState, WinState};
@@ -353,9 +353,7 @@ fn take_time(rest: &mut &[u8], present: bool) -> Option<Option<i64>> {
     if !present {
         return Some(None);
     }
-    let t = i64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
-    *rest = &rest[8..];
-    Some(Some(t))
+    Some(Some(i64::from_le_bytes(value::take::<8>(rest)?)))
 }
 
 /// Decodes what [`put_source`] wrote.
