@@ -90,6 +90,9 @@ impl InputProducer {
         let p = ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
             .set("enable.idempotence", "true")
+            // After the broker outage the producer must find broker 2 again soon: librdkafka's
+            // reconnect backoff grows to 10 s by default.
+            .set("reconnect.backoff.max.ms", "1000")
             .create_with_context(Failures(Default::default()))
             .unwrap();
         InputProducer(p)
@@ -102,7 +105,17 @@ impl InputProducer {
                 .send(BaseRecord::to("events").partition(*p).key(k).payload(v))
                 .unwrap();
         }
-        self.0.flush(Duration::from_secs(30)).unwrap();
+        // The test's own producer shares the mock cluster with the member: after an injected
+        // outage its delivery can take more than 30 s. Its records are the input, not what is
+        // judged, so it gets two minutes before the test gives up.
+        let started = Instant::now();
+        while let Err(e) = self.0.flush(Duration::from_secs(10)) {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "the test's input producer could not deliver its records in 120 s: {e}"
+            );
+            eprintln!("input not yet delivered after {:?}: {e}", started.elapsed());
+        }
         let failed = self.0.context().0.load(std::sync::atomic::Ordering::SeqCst);
         assert_eq!(failed, 0, "input records were not delivered");
     }
