@@ -2,10 +2,10 @@
 //! RocksDB state and a state flush every 100,000 events, over 100,000 keys, events in event-time
 //! order with 1% disorder. The `-json` cases write each event as a JSON line and decode it with
 //! the pipeline's decoder first (the formatting is in their figures too), one with a plain key,
-//! one with a filter and a two-part key, one with six more aggregations (sum, mean, a DDSketch
-//! percentile, an exact and a HyperLogLog distinct count, `last`), so their CPU per event
-//! (`cpu_us/ev`, user and system time of the scenario's process over its events) compares what
-//! expressions and aggregations cost.
+//! one with a filter and a two-part key, one with a count and a sum, one with six more
+//! aggregations (sum, mean, a DDSketch percentile, an exact and a HyperLogLog distinct count,
+//! `last`), so their CPU per event (`cpu_us/ev`, user and system time of the scenario's process
+//! over its events) compares what expressions and aggregations cost.
 //!
 //! Run: `cargo bench --bench engine` (or `scripts/bench-engine.sh`). Each scenario runs in its own
 //! child process so its peak RSS is its own. Figures are printed as a table; nothing is asserted.
@@ -160,6 +160,19 @@ const SCENARIOS: &[Scenario] = &[
             "filter = \"kind = 'click' AND price >= 0\"\nkey = [\"k\", \"lower(geo.country)\"]\ntimestamp = \"t\"",
         ),
         aggs: "",
+    },
+    // tumbling-1m-json with a sum of the price besides the count: the reference that the six
+    // aggregations below are compared with.
+    Scenario {
+        name: "tumbling-1m-json-sum",
+        rate: 20_000,
+        window: "type = \"tumbling\"\nsize = \"1m\"",
+        layout: None,
+        small: false,
+        trigger: "",
+        events: 5_000_000,
+        input: Some("key = \"k\"\ntimestamp = \"t\""),
+        aggs: "[[aggregations]]\nname = \"revenue\"\nop = \"sum\"\nfield = \"price\"\n",
     },
     // tumbling-1m-json with six more aggregations: a sum, a mean, a p99 (DDSketch), a distinct
     // count of countries (exact) and of prices (HyperLogLog), and the last kind. Its CPU per event
