@@ -50,6 +50,25 @@ struct Scenario {
     aggs: &'static str,
 }
 
+/// The `[input]` lines of the decoded cases with a plain one-field key.
+const PLAIN_KEY: &str = "key = \"k\"\ntimestamp = \"t\"";
+
+/// A tumbling 1-minute case over the tumbling events written as JSON lines and read back
+/// through the pipeline's decoder with these `[input]` lines and aggregations.
+const fn decoded(name: &'static str, input: &'static str, aggs: &'static str) -> Scenario {
+    Scenario {
+        name,
+        rate: 20_000,
+        window: "type = \"tumbling\"\nsize = \"1m\"",
+        layout: None,
+        small: false,
+        trigger: "",
+        events: 5_000_000,
+        input: Some(input),
+        aggs,
+    }
+}
+
 const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "tumbling-1m",
@@ -137,57 +156,23 @@ const SCENARIOS: &[Scenario] = &[
     // with a filter that keeps every record and a key of two parts, one computed (as many groups
     // as before, since a key's country never changes). Their CPU per event compares what the
     // filter and the key expressions cost.
-    Scenario {
-        name: "tumbling-1m-json",
-        rate: 20_000,
-        window: "type = \"tumbling\"\nsize = \"1m\"",
-        layout: None,
-        small: false,
-        trigger: "",
-        events: 5_000_000,
-        input: Some("key = \"k\"\ntimestamp = \"t\""),
-        aggs: "",
-    },
-    Scenario {
-        name: "tumbling-1m-json-filter-2key",
-        rate: 20_000,
-        window: "type = \"tumbling\"\nsize = \"1m\"",
-        layout: None,
-        small: false,
-        trigger: "",
-        events: 5_000_000,
-        input: Some(
-            "filter = \"kind = 'click' AND price >= 0\"\nkey = [\"k\", \"lower(geo.country)\"]\ntimestamp = \"t\"",
-        ),
-        aggs: "",
-    },
-    // tumbling-1m-json with a sum of the price besides the count: the reference that the six
-    // aggregations below are compared with.
-    Scenario {
-        name: "tumbling-1m-json-sum",
-        rate: 20_000,
-        window: "type = \"tumbling\"\nsize = \"1m\"",
-        layout: None,
-        small: false,
-        trigger: "",
-        events: 5_000_000,
-        input: Some("key = \"k\"\ntimestamp = \"t\""),
-        aggs: "[[aggregations]]\nname = \"revenue\"\nop = \"sum\"\nfield = \"price\"\n",
-    },
-    // tumbling-1m-json with six more aggregations: a sum, a mean, a p99 (DDSketch), a distinct
-    // count of countries (exact) and of prices (HyperLogLog), and the last kind. Its CPU per event
-    // against tumbling-1m-json's is what those operations cost.
-    Scenario {
-        name: "tumbling-1m-json-aggs",
-        rate: 20_000,
-        window: "type = \"tumbling\"\nsize = \"1m\"",
-        layout: None,
-        small: false,
-        trigger: "",
-        events: 5_000_000,
-        input: Some("key = \"k\"\ntimestamp = \"t\""),
-        aggs: "[[aggregations]]\nname = \"revenue\"\nop = \"sum\"\nfield = \"price\"\n[[aggregations]]\nname = \"avg\"\nop = \"mean\"\nfield = \"price\"\n[[aggregations]]\nname = \"p99\"\nop = \"approx_percentile\"\nfield = \"price\"\nq = 0.99\n[[aggregations]]\nname = \"countries\"\nop = \"count_distinct\"\nfield = \"geo.country\"\n[[aggregations]]\nname = \"prices\"\nop = \"approx_count_distinct\"\nfield = \"price\"\n[[aggregations]]\nname = \"last_kind\"\nop = \"last\"\nfield = \"kind\"\n",
-    },
+    decoded("tumbling-1m-json", PLAIN_KEY, ""),
+    decoded(
+        "tumbling-1m-json-filter-2key",
+        "filter = \"kind = 'click' AND price >= 0\"\nkey = [\"k\", \"lower(geo.country)\"]\ntimestamp = \"t\"",
+        "",
+    ),
+    // With a sum of the price besides the count: the reference that the six aggregations below
+    // are compared with.
+    decoded(
+        "tumbling-1m-json-sum",
+        PLAIN_KEY,
+        "[[aggregations]]\nname = \"revenue\"\nop = \"sum\"\nfield = \"price\"\n",
+    ),
+    // With six more aggregations: a sum, a mean, a p99 (DDSketch), a distinct count of countries
+    // (exact) and of prices (HyperLogLog), and the last kind. Its CPU per event against
+    // tumbling-1m-json-sum's is what those operations cost.
+    decoded("tumbling-1m-json-aggs", PLAIN_KEY, "[[aggregations]]\nname = \"revenue\"\nop = \"sum\"\nfield = \"price\"\n[[aggregations]]\nname = \"avg\"\nop = \"mean\"\nfield = \"price\"\n[[aggregations]]\nname = \"p99\"\nop = \"approx_percentile\"\nfield = \"price\"\nq = 0.99\n[[aggregations]]\nname = \"countries\"\nop = \"count_distinct\"\nfield = \"geo.country\"\n[[aggregations]]\nname = \"prices\"\nop = \"approx_count_distinct\"\nfield = \"price\"\n[[aggregations]]\nname = \"last_kind\"\nop = \"last\"\nfield = \"kind\"\n"),
 ];
 
 /// CPU seconds (user and system) this process has used, from `/proc/self/stat`.
