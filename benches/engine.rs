@@ -53,66 +53,51 @@ struct Scenario {
 /// The `[input]` lines of the decoded cases with a plain one-field key.
 const PLAIN_KEY: &str = "key = \"k\"\ntimestamp = \"t\"";
 
-/// A tumbling 1-minute case over the tumbling events written as JSON lines and read back
-/// through the pipeline's decoder with these `[input]` lines and aggregations.
+/// Tumbling 1-minute windows over the tumbling events, undecoded: the first scenario, and the
+/// base of the decoded ones.
+const TUMBLING: Scenario = Scenario {
+    name: "tumbling-1m",
+    rate: 20_000,
+    window: "type = \"tumbling\"\nsize = \"1m\"",
+    layout: None,
+    small: false,
+    trigger: "",
+    events: 5_000_000,
+    input: None,
+    aggs: "",
+};
+
+/// The tumbling case over the same events written as JSON lines and read back through the
+/// pipeline's decoder with these `[input]` lines and aggregations.
 const fn decoded(name: &'static str, input: &'static str, aggs: &'static str) -> Scenario {
     Scenario {
         name,
-        rate: 20_000,
-        window: "type = \"tumbling\"\nsize = \"1m\"",
-        layout: None,
-        small: false,
-        trigger: "",
-        events: 5_000_000,
         input: Some(input),
         aggs,
+        ..TUMBLING
     }
 }
 
 const SCENARIOS: &[Scenario] = &[
-    Scenario {
-        name: "tumbling-1m",
-        rate: 20_000,
-        window: "type = \"tumbling\"\nsize = \"1m\"",
-        layout: None,
-        small: false,
-        trigger: "",
-        events: 5_000_000,
-        input: None,
-        aggs: "",
-    },
+    TUMBLING,
     Scenario {
         name: "sliding-1h-1s",
         rate: 100_000,
         window: "type = \"sliding\"\nsize = \"1h\"\nslide = \"1s\"",
-        layout: None,
-        small: false,
-        trigger: "",
-        events: 5_000_000,
-        input: None,
-        aggs: "",
+        ..TUMBLING
     },
     Scenario {
         name: "session-30m",
         rate: 100,
         window: "type = \"session\"\ngap = \"30m\"",
-        layout: None,
-        small: false,
-        trigger: "",
-        events: 5_000_000,
-        input: None,
-        aggs: "",
+        ..TUMBLING
     },
     Scenario {
         name: "sliding-1h-1s-sliced-small",
         rate: 1_000,
         window: "type = \"sliding\"\nsize = \"1h\"\nslide = \"1s\"",
-        layout: None,
         small: true,
-        trigger: "",
-        events: 5_000_000,
-        input: None,
-        aggs: "",
+        ..TUMBLING
     },
     Scenario {
         name: "sliding-1h-1s-naive-small",
@@ -120,37 +105,26 @@ const SCENARIOS: &[Scenario] = &[
         window: "type = \"sliding\"\nsize = \"1h\"\nslide = \"1s\"",
         layout: Some("per-window"),
         small: true,
-        trigger: "",
-        events: 5_000_000,
-        input: None,
-        aggs: "",
+        ..TUMBLING
     },
     // The Dataflow model's "real-time counter": a global window per key firing every 100
     // elements. Without an idle expiry its one timer per key never moves; with one, every event
     // moves its key's expiry timer.
     Scenario {
         name: "global-count-100",
-        rate: 20_000,
         window: "type = \"global\"",
-        layout: None,
-        small: false,
         trigger: "early_count = 100",
         // 200 events per key, so each key fires its count twice.
         events: 20_000_000,
-        input: None,
-        aggs: "",
+        ..TUMBLING
     },
     Scenario {
         name: "global-count-100-idle-1h",
-        rate: 20_000,
         window: "type = \"global\"\nidle_expiry = \"1h\"",
-        layout: None,
-        small: false,
         trigger: "early_count = 100",
         // 200 events per key, so each key fires its count twice.
         events: 20_000_000,
-        input: None,
-        aggs: "",
+        ..TUMBLING
     },
     // The same events as tumbling-1m, decoded from JSON: first with a plain one-field key, then
     // with a filter that keeps every record and a key of two parts, one computed (as many groups
