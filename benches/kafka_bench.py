@@ -11,8 +11,9 @@ Run it with scripts/bench-kafka.sh (which builds the binary and installs the bro
    100 ms, no state;
 4. (a) `tidemark run` over `bench-in` with `repartition = false` (the input is keyed by the
    grouping field): tumbling 1 s count, exactly-once, commit interval 100 ms;
-5. (c) `tidemark run` over `bench-null` through the repartition hop: the first stage writes every
-   decoded record to the repartition topic, the second windows it, both in the member's one
+5. (c) `tidemark run` over `bench-null` through the repartition hop: the first stage folds the
+   decoded records of one key and window within a cycle into a partial aggregate and writes the
+   partials to the repartition topic, the second windows them, both in the member's one
    transaction per cycle;
    each over the same number of loaded records, throughput measured from the first committed
    record to the last the last stage committed (scraping /metrics every 100 ms), CPU of the
@@ -26,9 +27,9 @@ Run it with scripts/bench-kafka.sh (which builds the binary and installs the bro
    records cost (every input partition reports to every repartition partition when its watermark
    moves; one record per repartition partition and cycle carries the reports).
 
-Prints a table. Nothing here is a pass/fail test: the figures go into the README. Its `dead`
-column counts dead letters over the whole run of a member: the input is well-formed and in order,
-so any there is a fault (a watermark that ran ahead of a backlog once showed up only there).
+Prints a table. Nothing here is a pass/fail test: the figures go into docs/performance.md. Its
+`dead` column counts dead letters over the whole run of a member: the input is well-formed and in
+order, so any there is a fault (a watermark that runs ahead of a backlog shows up there).
 """
 
 import json
