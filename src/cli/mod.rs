@@ -25,10 +25,10 @@ pub mod tail;
 pub mod validate;
 
 use crate::config;
+use crate::coordinator::Stop;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -119,15 +119,18 @@ fn load_config(path: &Path) -> anyhow::Result<config::PipelineSpec> {
 
 /// How long a command told to stop may take to finish its work (a member commits its open
 /// transaction and leaves the group) before the process exits without it. A member that exits
-/// there is like one killed: its open transaction is aborted by the broker or fenced by the next
-/// member, and nothing is lost or committed twice. What delays a stop is a broker that is gone:
-/// librdkafka waits out its timeouts for the deliveries, the commit and the abort.
+/// there before its commit is like one killed (status 1): its open transaction is aborted by the
+/// broker or fenced by the next member, and nothing is lost or committed twice. What delays the
+/// commit is a broker that is gone: librdkafka waits out its timeouts for the deliveries, the
+/// commit and the abort. A member that committed and is still leaving the group (which waits for
+/// a rebalance in flight) exits with status 0: the broker removes it when its session times out.
 pub const STOP_BOUND: Duration = Duration::from_secs(10);
 
-/// A flag set when SIGTERM or SIGINT arrives (watched on a thread of its own). The process exits
-/// with status 1 if it is still running [`STOP_BOUND`] later, or at once on a second signal.
-fn stop_on_signal() -> Arc<AtomicBool> {
-    let shutdown = Arc::new(AtomicBool::new(false));
+/// A stop requested when SIGTERM or SIGINT arrives (watched on a thread of its own). The process
+/// exits if it is still running [`STOP_BOUND`] later (status 0 if the member had committed, 1
+/// otherwise), or with status 1 at once on a second signal.
+fn stop_on_signal() -> Arc<Stop> {
+    let shutdown = Arc::new(Stop::default());
     let flag = shutdown.clone();
     std::thread::spawn(move || {
         let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -147,16 +150,30 @@ fn stop_on_signal() -> Arc<AtomicBool> {
                 _ = term.recv() => {},
             }
             tracing::info!("signal received: stopping");
-            flag.store(true, Ordering::Relaxed);
+            flag.request();
             let second = async {
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => {},
                     _ = term.recv() => {},
                 }
             };
-            let why = tokio::select! {
-                _ = second => "a second signal",
-                _ = tokio::time::sleep(STOP_BOUND) => "the stop took longer than its bound",
+            let second_signal = tokio::select! {
+                _ = second => true,
+                _ = tokio::time::sleep(STOP_BOUND) => false,
+            };
+            if !second_signal && flag.is_committed() {
+                tracing::warn!(
+                    bound_s = STOP_BOUND.as_secs(),
+                    "the open transaction is committed, but leaving the consumer group took \
+                     longer than the bound: exiting (the broker removes this member when its \
+                     session times out)"
+                );
+                std::process::exit(0);
+            }
+            let why = if second_signal {
+                "a second signal"
+            } else {
+                "the stop took longer than its bound"
             };
             tracing::error!(
                 bound_s = STOP_BOUND.as_secs(),

@@ -34,9 +34,12 @@ impl Run {
         } else {
             coordinator::Mode::Windows
         };
-        let shutdown = stop_on_signal();
-        match coordinator::run(spec, mode, health, shutdown) {
-            Ok(()) => Ok(0),
+        let stop = stop_on_signal();
+        match coordinator::run(spec, mode, health, stop) {
+            Ok(()) => {
+                tracing::info!("left the consumer group");
+                Ok(0)
+            }
             Err(e @ coordinator::RunError::Incompatible(_)) => {
                 eprintln!("tidemark run: {e}");
                 Ok(2)

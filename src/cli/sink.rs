@@ -64,7 +64,7 @@ impl SinkArgs {
             tracing::info!(address = %bound, "serving /metrics");
         }
         let shutdown = stop_on_signal();
-        match (sink.run)(spec, &shutdown) {
+        match (sink.run)(spec, shutdown.requested()) {
             Ok(()) => Ok(0),
             Err(e) => {
                 eprintln!("tidemark sink {name}: {e}");

@@ -369,11 +369,18 @@ impl Membership {
     /// what the member did; then leaves the group at once, so the partitions move to other
     /// members without waiting for the session to time out (revocation runs the commit cycle,
     /// which fails harmlessly after a fatal error).
-    pub(super) fn leave(mut self, mut result: Result<(), RunError>) -> Result<(), RunError> {
+    pub(super) fn leave(
+        mut self,
+        mut result: Result<(), RunError>,
+        stop: &super::Stop,
+    ) -> Result<(), RunError> {
         if result.is_ok() {
             tracing::info!("shutting down: committing the open transaction");
             let mut c = self.core.lock().expect("lock");
             result = c.commit_now(&self.consumer);
+            if result.is_ok() {
+                stop.mark_committed();
+            }
             let (committed, aborted, panes, dead_letters) = c.outcomes();
             drop(c);
             tracing::info!(committed, aborted, panes, dead_letters, "stopped");

@@ -137,12 +137,45 @@ const POLL_BATCH: usize = 1_000;
 /// interval and the next read of the repartition topic).
 const CLOCK_EVERY: usize = 64;
 
-/// Runs the pipeline as a member of its consumer group until `shutdown` is set or a fatal error.
+/// What a member shares with the process that asks it to stop: the request, and whether the
+/// part of the stop that must not be cut short (committing the open transaction) is done. What
+/// follows it, leaving the consumer group, waits for any rebalance in flight; a process that
+/// gives up on it then exits as cleanly as one that left, and the broker removes the member
+/// when its session times out.
+#[derive(Debug, Default)]
+pub struct Stop {
+    requested: AtomicBool,
+    committed: AtomicBool,
+}
+
+impl Stop {
+    /// Asks the member to stop.
+    pub fn request(&self) {
+        self.requested.store(true, Ordering::Relaxed);
+    }
+
+    /// The request as a flag, for loops that watch a plain flag.
+    pub fn requested(&self) -> &AtomicBool {
+        &self.requested
+    }
+
+    /// Whether the member committed its open transaction after the request.
+    pub fn is_committed(&self) -> bool {
+        self.committed.load(Ordering::Acquire)
+    }
+
+    fn mark_committed(&self) {
+        self.committed.store(true, Ordering::Release);
+    }
+}
+
+/// Runs the pipeline as a member of its consumer group until `stop` is requested or a fatal
+/// error.
 pub fn run(
     spec: PipelineSpec,
     mode: Mode,
     health: Arc<Health>,
-    shutdown: Arc<AtomicBool>,
+    stop: Arc<Stop>,
 ) -> Result<(), RunError> {
     let k = spec.kafka.clone().ok_or(RunError::NoKafka)?;
     let layout = ensure_topics(&k, mode)?;
@@ -224,7 +257,7 @@ pub fn run(
     let mut last_tail = Instant::now() - TAIL_EVERY;
     let mut tail_busy = false;
     let mut result = Ok(());
-    'run: while !shutdown.load(Ordering::Relaxed) {
+    'run: while !stop.requested.load(Ordering::Relaxed) {
         if let Err(e) = member.rejoin_if_asked() {
             result = Err(e);
             break 'run;
@@ -288,5 +321,5 @@ pub fn run(
             }
         }
     }
-    member.leave(result)
+    member.leave(result, &stop)
 }
