@@ -177,7 +177,21 @@ fn the_group_grows_to_six_members_and_shrinks_to_two_under_load_exactly_once() {
         }
         while members.len() > size {
             let m = members.pop().unwrap();
-            assert!(common::stop_member(m.child).success(), "{} stopped", m.id);
+            let asked = Instant::now();
+            let status = common::stop_member(m.child);
+            println!(
+                "scale-stop: {} stopped in {:.1} s: {status}",
+                m.id,
+                asked.elapsed().as_secs_f64()
+            );
+            if !status.success() {
+                let kept = dir.keep();
+                panic!(
+                    "{} did not stop cleanly ({status}); member logs kept in {}",
+                    m.id,
+                    kept.display()
+                );
+            }
         }
         let step = watch_step(
             &members,
