@@ -161,6 +161,20 @@ pub(super) fn validate_kafka(cfg: &RawConfig, k: &RawKafka, c: &mut Checker) -> 
             format!("{other:?} is not \"group\" or \"log\""),
         ),
     }
+    // The raw-log reader (restore, claims, membership from the log, the hop's second stage)
+    // speaks the Kafka protocol over plain TCP: a client that reached the broker over TLS or SASL
+    // while that reader could not would fail at its first restore, not here.
+    if let Some(protocol) = k.properties.get("security.protocol") {
+        if !protocol.eq_ignore_ascii_case("plaintext") {
+            c.fail(
+                "kafka.properties.security.protocol",
+                format!(
+                    "{protocol:?}: tidemark reaches brokers over PLAINTEXT only (TLS and SASL \
+                     are not built yet)"
+                ),
+            );
+        }
+    }
     if let Some(strategy) = k.properties.get("partition.assignment.strategy") {
         if let Err(e) = crate::kafka::assignor::protocol_of(strategy) {
             c.fail(

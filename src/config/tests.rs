@@ -249,7 +249,7 @@ fn bad_kafka_settings_are_all_listed() {
         )
         .replace(
             "\"session.timeout.ms\" = \"6000\"",
-            "\"transactional.id\" = \"mine\"\n\"auto.offset.reset\" = \"error\"\n\"partition.assignment.strategy\" = \"range,cooperative-sticky\"",
+            "\"transactional.id\" = \"mine\"\n\"security.protocol\" = \"SASL_SSL\"\n\"auto.offset.reset\" = \"error\"\n\"partition.assignment.strategy\" = \"range,cooperative-sticky\"",
         )
         .replace("[kafka]\n", "[kafka]\nstatic_membership = true\n");
     let ConfigError::Invalid(v) = parse_raw(&text, no_env()).unwrap().validate().unwrap_err()
@@ -264,6 +264,7 @@ fn bad_kafka_settings_are_all_listed() {
         "kafka.commit_interval",
         "kafka.properties.auto.offset.reset",
         "kafka.properties.partition.assignment.strategy",
+        "kafka.properties.security.protocol",
         "kafka.static_membership",
     ] {
         assert!(fields.contains(&f), "{f} missing from {fields:?}");
