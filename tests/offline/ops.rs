@@ -2,7 +2,8 @@
 //! an image or a build, every mounted file exists, host ports don't clash, the Dockerfile's paths
 //! exist, the tidemark config used inside validates with `tidemark validate`, Prometheus scrapes
 //! the port tidemark serves, and every metric named by an alert rule or a dashboard panel is one
-//! tidemark exports. `promtool check` runs too when it is installed.
+//! tidemark exports; the runtime image installs every shared library the binary links. `promtool
+//! check` runs too when it is installed.
 
 use serde_yaml::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -177,6 +178,83 @@ fn the_dockerfile_paths_exist_and_it_runs_as_non_root() {
         let user = user.expect("the runtime image sets USER");
         assert!(user != "root" && user != "0", "runs as {user}");
     }
+}
+
+/// The Debian packages the runtime stage of the Dockerfile installs, and the release it is based
+/// on (`debian:<codename>-slim`).
+fn runtime_stage() -> (String, BTreeSet<String>) {
+    let text = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let last = text.rsplit("\nFROM ").next().unwrap();
+    let image = last.split_whitespace().next().unwrap();
+    let codename = image
+        .strip_prefix("debian:")
+        .and_then(|t| t.strip_suffix("-slim"))
+        .unwrap_or_else(|| panic!("the runtime stage is debian:<codename>-slim, not {image}"))
+        .to_string();
+    let install = last
+        .split("apt-get install")
+        .nth(1)
+        .expect("the runtime stage installs packages");
+    let packages = install
+        .split("&&")
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .filter(|w| !w.starts_with('-') && *w != "\\")
+        .map(str::to_string)
+        .collect();
+    (codename, packages)
+}
+
+/// Every shared library the release binary links (as `ldd` resolves them on this machine) comes
+/// from a package the runtime image installs or one every Debian image has. Checked where this
+/// machine runs the runtime image's Debian release, so the package names are the image's.
+#[test]
+fn the_runtime_image_installs_every_library_the_binary_links() {
+    let (codename, installed) = runtime_stage();
+    let release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    if !release
+        .lines()
+        .any(|l| l == format!("VERSION_CODENAME={codename}"))
+    {
+        eprintln!(
+            "not Debian {codename}: the runtime image's package names cannot be checked here"
+        );
+        return;
+    }
+    // In every debian:*-slim image.
+    const BASE: [&str; 2] = ["libc6", "libgcc-s1"];
+    let ldd = Command::new("ldd")
+        .arg(env!("CARGO_BIN_EXE_tidemark"))
+        .output()
+        .expect("ldd");
+    let text = String::from_utf8(ldd.stdout).unwrap();
+    let mut missing = Vec::new();
+    for line in text.lines() {
+        let Some(path) = line
+            .split("=>")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+        else {
+            continue;
+        };
+        let candidates = [path.to_string(), format!("/usr{path}")];
+        let package = candidates
+            .iter()
+            .find_map(|p| {
+                let out = Command::new("dpkg").args(["-S", p]).output().ok()?;
+                let found = String::from_utf8(out.stdout).ok()?;
+                Some(found.split(':').next()?.to_string()).filter(|p| !p.is_empty())
+            })
+            .unwrap_or_else(|| panic!("no package holds {path}"));
+        if !BASE.contains(&package.as_str()) && !installed.contains(&package) {
+            missing.push(format!("{package} (for {path})"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "the Dockerfile's runtime stage misses {missing:?}"
+    );
 }
 
 #[test]
