@@ -3,6 +3,7 @@
 //!   (properties of windows, sessions and merges), `simulate_bytes` (bad bytes become dead
 //!   letters), `reference` (the independent fold the Kafka tests judge with);
 //! * formats and the command line: `avro`, `cli`;
+//! * the documents: `documents` (a short README, no narrated history anywhere);
 //! * the code's shape: `architecture` (imports without circles, parts that own their state,
 //!   broker quirks in one room);
 //! * deployment files: `ops` (Docker Compose, Dockerfile, Prometheus), `k8s` (the Kubernetes
@@ -14,6 +15,7 @@ mod common;
 mod architecture;
 mod avro;
 mod cli;
+mod documents;
 mod engine_props;
 mod golden;
 mod k8s;
