@@ -117,8 +117,17 @@ pub enum ReplayError {
     #[error("reading the log: {0}")]
     Read(#[from] RawLogError),
     /// A Kafka call failed.
-    #[error("{0}")]
-    Kafka(String),
+    #[error("{what}: {source}")]
+    Kafka {
+        /// The call.
+        what: String,
+        /// The client's error.
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
+    /// The group's metadata, needed to commit its offsets, is missing.
+    #[error("no consumer group metadata")]
+    NoGroupMetadata,
 }
 
 impl ReplayError {
@@ -216,7 +225,10 @@ impl Plan {
 }
 
 fn kafka_err(what: &str) -> impl Fn(rdkafka::error::KafkaError) -> ReplayError + '_ {
-    move |e| ReplayError::Kafka(format!("{what}: {e}"))
+    move |source| ReplayError::Kafka {
+        what: what.to_string(),
+        source,
+    }
 }
 
 /// The members registered in `group`: member id, client id and host of each.
@@ -245,7 +257,7 @@ fn group_members(consumer: &BaseConsumer, group: &str) -> Result<Vec<String>, Re
 fn log_members(k: &KafkaSpec) -> Result<Vec<String>, ReplayError> {
     let mut logs = crate::kafka::raw_log::LogReader::connect(&k.bootstrap_servers)
         .and_then(|mut reader| reader.committed(&k.claims_topic, |p| p == 0, |_| 0))
-        .map_err(|e| ReplayError::Kafka(format!("reading {}: {e}", k.claims_topic)))?;
+        .map_err(ReplayError::Read)?;
     let log = logs.remove(&0).unwrap_or_default();
     let wall = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -571,7 +583,7 @@ pub fn commit(spec: &PipelineSpec, plan: &Plan) -> Result<(), ReplayError> {
             .headers(headers);
         producer
             .send(record)
-            .map_err(|(e, _)| ReplayError::Kafka(format!("producing a marker: {e}")))
+            .map_err(|(e, _)| kafka_err("producing a marker")(e))
     };
     let mut offsets = TopicPartitionList::new();
     for r in &plan.rows {
@@ -627,7 +639,7 @@ pub fn commit(spec: &PipelineSpec, plan: &Plan) -> Result<(), ReplayError> {
                 .headers(marker_headers(Some(end), plan.epoch, &plan.fingerprint));
             producer
                 .send(record)
-                .map_err(|(e, _)| ReplayError::Kafka(format!("producing a marker: {e}")))?;
+                .map_err(|(e, _)| kafka_err("producing a marker")(e))?;
         }
         offsets
             .add_partition_offset(&k.repartition_topic, r, Offset::Offset(end))
@@ -644,7 +656,7 @@ pub fn commit(spec: &PipelineSpec, plan: &Plan) -> Result<(), ReplayError> {
             .map_err(kafka_err("creating a client"))?;
         let cgm = consumer
             .group_metadata()
-            .ok_or_else(|| ReplayError::Kafka("no consumer group metadata".into()))?;
+            .ok_or(ReplayError::NoGroupMetadata)?;
         producer
             .send_offsets_to_transaction(&offsets, &cgm, timeout)
             .map_err(kafka_err("send_offsets_to_transaction"))?;

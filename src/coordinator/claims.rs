@@ -34,7 +34,7 @@
 //! [`crate::kafka::roster::MOVE_KEY`] moves every member from the broker's consumer group to
 //! membership from the log (`super::roster`).
 
-use super::errors::CycleError;
+use super::errors::{Cause, CycleError};
 use super::transaction::Transaction;
 use crate::kafka::raw_log::{LogReader, RawLogError, RawRecord};
 use crate::kafka::{assignor, roster};
@@ -286,7 +286,7 @@ impl Claims {
         }
         let mut lost = self
             .look()
-            .map_err(|e| CycleError::Abortable(format!("reading the claims topic: {e}")))?;
+            .map_err(|e| CycleError::Abortable(Cause::part("reading the claims topic", e)))?;
         for part in pending {
             if self.book.holds(&part) && !lost.contains(&part) {
                 lost.push(part);

@@ -4,7 +4,7 @@
 
 use super::catch_up::CatchUp;
 use super::claims::Claims;
-use super::errors::{CycleError, RunError};
+use super::errors::{Cause, CycleError, RunError};
 use super::first_stage::{self, FirstStage};
 use super::output::{Out, Output};
 use super::parts::{Part, Source};
@@ -142,7 +142,7 @@ impl Cycle<'_> {
         consumer: &BaseConsumer<C>,
     ) -> Result<(), CycleError> {
         let mut tpl = TopicPartitionList::new();
-        let fatal = |e: rdkafka::error::KafkaError| CycleError::Fatal(e.to_string());
+        let fatal = |e| CycleError::Fatal(Cause::kafka("listing the offsets to commit", e));
         let parts_topic = self.s.parts_topic();
         for (&p, part) in self.parts.iter() {
             if let Some(next) = part
@@ -180,7 +180,7 @@ impl Cycle<'_> {
             part.step
                 .engine_mut()
                 .write_changes(&ch, Some(offsets))
-                .map_err(|e| CycleError::Fatal(format!("writing local state: {e}")))?;
+                .map_err(|e| CycleError::Fatal(Cause::part("writing local state", e)))?;
             part.committed_offset = part.next_offset;
             tracing::debug!(partition = p, offset = part.next_offset, "committed");
         }
@@ -232,7 +232,7 @@ impl Cycle<'_> {
                     part.committed_fronts.clone(),
                 )
             }
-            .map_err(|e| RunError::Fatal(e.to_string()))?;
+            .map_err(|e| RunError::Fatal(Cause::part("rewinding", e)))?;
             part.next_offset = part.committed_offset;
             part.batch_in = 0;
             if hop {
@@ -255,7 +255,7 @@ impl Cycle<'_> {
             );
             consumer
                 .seek(&self.s.k.input_topics[0], p, Offset::Offset(to), timeout)
-                .map_err(|e| RunError::Fatal(format!("seek partition {p}: {e}")))?;
+                .map_err(|e| RunError::Fatal(Cause::kafka(format!("seek partition {p}"), e)))?;
         }
         let keys: Vec<(u16, i32)> = self.sources.keys().copied().collect();
         for key in keys {
@@ -281,7 +281,7 @@ impl Cycle<'_> {
             );
             consumer
                 .seek(&topic, key.1, Offset::Offset(to), timeout)
-                .map_err(|e| RunError::Fatal(format!("seek {topic}/{}: {e}", key.1)))?;
+                .map_err(|e| RunError::Fatal(Cause::kafka(format!("seek {topic}/{}", key.1), e)))?;
         }
         self.txn.begin_after_abort()
     }

@@ -6,7 +6,7 @@
 use super::catch_up::CatchUp;
 use super::claims::Claims;
 use super::cycle::Cycle;
-use super::errors::{CycleError, RunError};
+use super::errors::{Cause, CycleError, RunError};
 use super::first_stage::{self, FirstStage};
 use super::output::{Out, Output};
 use super::parts::{Part, Source};
@@ -258,7 +258,7 @@ impl Core {
             Ok(()) if self.due(look_at_clock) => self.commit(consumer),
             Ok(()) => Ok(()),
             Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
-            Err(CycleError::Abortable(m)) => self.abort_and_rewind(consumer, &m),
+            Err(CycleError::Abortable(m)) => self.abort_and_rewind(consumer, &m.to_string()),
             Err(CycleError::Superseded(lost)) => self.give_up(consumer, lost),
         }
     }
@@ -272,7 +272,7 @@ impl Core {
             Ok(()) => Ok(()),
             Err(CycleError::Fatal(m)) => Err(RunError::Fatal(m)),
             Err(CycleError::Abortable(m)) => {
-                self.abort_and_rewind(consumer, &m)?;
+                self.abort_and_rewind(consumer, &m.to_string())?;
                 self.txn.back_off();
                 Ok(())
             }
@@ -354,7 +354,7 @@ impl Core {
             start_at: TopicPartitionList::new(),
             pause: TopicPartitionList::new(),
         };
-        let fatal = |e: rdkafka::error::KafkaError| RunError::Fatal(e.to_string());
+        let fatal = |e| RunError::Fatal(Cause::kafka("assigning", e));
         // The claims go into the log before the restores read it (see `super::claims`).
         self.claims
             .claim(
@@ -363,10 +363,10 @@ impl Core {
                 &restore::partitions_of(tpl),
             )
             .map_err(|e| {
-                RunError::Fatal(format!(
+                RunError::Fatal(Cause::found(format!(
                     "claiming the assigned partitions: {}",
                     e.describe()
-                ))
+                )))
             })?;
         let restorer = Restorer {
             s: &self.s,
@@ -550,7 +550,7 @@ impl Core {
         if !stale.is_empty() {
             consumer
                 .incremental_unassign(&tpl(&mut stale.iter().copied()))
-                .map_err(|e| RunError::Fatal(format!("unassigning: {e}")))?;
+                .map_err(|e| RunError::Fatal(Cause::kafka("unassigning", e)))?;
         }
         let take: Vec<&TopicPartition> = want.iter().filter(|p| !held.contains(*p)).collect();
         if take.is_empty() {
@@ -568,6 +568,6 @@ impl Core {
                     Ok(())
                 }
             })
-            .map_err(|e| RunError::Fatal(format!("assigning: {e}")))
+            .map_err(|e| RunError::Fatal(Cause::kafka("assigning", e)))
     }
 }

@@ -16,7 +16,7 @@
 //! and others have not, the claims keep every partition's commits to one owner: the two kinds of
 //! member share one fencing.
 
-use super::errors::{CycleError, RunError};
+use super::errors::{Cause, CycleError, RunError};
 use super::member::Core;
 use super::rebalance::{self, RebalanceContext, Rejoin, Why};
 use super::scaling::Idle;
@@ -401,7 +401,8 @@ fn start_roster(
     topics: &[String],
 ) -> Result<Roster, RunError> {
     let token = core.lock().expect("lock").claims().token();
-    let parts = crate::kafka::admin::partitions_of(consumer, topics).map_err(RunError::Startup)?;
+    let parts = crate::kafka::admin::partitions_of(consumer, topics)
+        .map_err(|e| RunError::Startup(Cause::part("reading the topics' partitions", e)))?;
     super::roster::start(k, token, parts)
 }
 
@@ -417,7 +418,7 @@ fn unsubscribed(
     let idle = context.idle.clone();
     let consumer: BaseConsumer<RebalanceContext> = settings
         .create_with_context(context)
-        .map_err(|e| RunError::Startup(format!("creating the consumer: {e}")))?;
+        .map_err(|e| RunError::Startup(Cause::kafka("creating the consumer", e)))?;
     Ok((consumer, idle))
 }
 
@@ -434,7 +435,7 @@ fn subscribed(
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     consumer
         .subscribe(&names)
-        .map_err(|e| RunError::Startup(format!("subscribing: {e}")))?;
+        .map_err(|e| RunError::Startup(Cause::kafka("subscribing", e)))?;
     Ok((consumer, idle))
 }
 
@@ -444,5 +445,5 @@ fn protocol_of(settings: &ClientConfig) -> Result<Protocol, RunError> {
         .get("partition.assignment.strategy")
         .unwrap_or(assignor::DEFAULT_STRATEGY);
     assignor::protocol_of(strategy)
-        .map_err(|e| RunError::Startup(format!("partition.assignment.strategy: {e}")))
+        .map_err(|e| RunError::Startup(Cause::found(format!("partition.assignment.strategy: {e}"))))
 }

@@ -23,7 +23,8 @@
 //!   offsets topic;
 //! * `claims` — fencing from the log: each member claims its partitions in the claims topic, and
 //!   a member that finds a newer claim of one of its partitions aborts and rejoins;
-//! * `errors` — [`RunError`], and the classification of transactional errors;
+//! * `errors` — [`RunError`] and [`Cause`], which keeps every failure's source, and the
+//!   decision on a transactional error ([`Decision`]: retry, abort and replay, or stop);
 //! * `output` — panes and dead letters, encoded, into the open transaction;
 //! * `transaction` — the open transaction: its producer, its deliveries, and the transactional
 //!   calls the commit cycle's steps make;
@@ -114,7 +115,7 @@ mod telemetry;
 mod transaction;
 mod watchdog;
 
-pub use errors::RunError;
+pub use errors::{Cause, Decision, RunError};
 use membership::Membership;
 pub use rebalance::RebalanceContext;
 
@@ -193,11 +194,14 @@ pub fn run(
         "starting"
     );
     std::fs::create_dir_all(&k.state_dir)
-        .map_err(|e| RunError::Startup(format!("{}: {e}", k.state_dir.display())))?;
+        .map_err(|e| RunError::Startup(Cause::part(k.state_dir.display().to_string(), e)))?;
     let store = open_store(&k, &layout, mode)?;
     let claims = claims::Claims::start(&k.bootstrap_servers, &k.claims_topic, &k.instance_id)
         .map_err(|e| {
-            RunError::Startup(format!("reading the claims topic {}: {e}", k.claims_topic))
+            RunError::Startup(Cause::part(
+                format!("reading the claims topic {}", k.claims_topic),
+                e,
+            ))
         })?;
     let txn = Transaction::start(&k)?;
     let (decoder, encoder) = codecs(&spec, &k)?;
@@ -207,9 +211,9 @@ pub fn run(
         .unwrap_or("earliest")
         .to_string();
     let reset = crate::clients::reset_position(&reset_name).ok_or_else(|| {
-        RunError::Startup(format!(
+        RunError::Startup(Cause::found(format!(
             "auto.offset.reset = {reset_name:?} is not supported"
-        ))
+        )))
     })?;
     let second = match topology {
         Topology::Hop { .. } => Some(SecondStage::connect(&k)?),
@@ -298,9 +302,9 @@ pub fn run(
                     // Fencing of a static member by a newer one with the same
                     // group.instance.id, or another fatal consumer error: stop, as for a fatal
                     // producer error.
-                    Some((code, reason)) => Err(CycleError::Fatal(format!(
+                    Some((code, reason)) => Err(CycleError::Fatal(Cause::found(format!(
                         "fatal consumer error {code:?}: {reason} ({e})"
-                    ))),
+                    )))),
                     None => {
                         tracing::warn!("consumer: {e}");
                         member.note_consumer_error(&e);

@@ -4,7 +4,7 @@
 //! move, and decoding an input record for the record step.
 
 use super::catch_up::CatchUp;
-use super::errors::CycleError;
+use super::errors::{Cause, CycleError};
 use super::output::Out;
 use super::parts::{Part, Source};
 use super::settings::{Settings, Topology};
@@ -69,7 +69,7 @@ pub(super) fn keyed_record(
         None => part
             .step
             .record(0, decoded, now)
-            .map_err(|e| CycleError::Fatal(e.to_string()))?,
+            .map_err(|e| CycleError::Fatal(Cause::part("the engine", e)))?,
     };
     if outcome.filtered {
         out.telemetry.batch().filtered(msg.topic());
@@ -108,7 +108,7 @@ pub(super) fn tick(
         let panes = part
             .step
             .tick(now, caught_up)
-            .map_err(|e| CycleError::Fatal(e.to_string()))?;
+            .map_err(|e| CycleError::Fatal(Cause::part("the engine", e)))?;
         if !panes.is_empty() {
             fired.push((panes, part.epoch));
         }
@@ -160,7 +160,9 @@ pub(super) fn decode(
     Ok(match msg.payload() {
         None => Err((Reason::Malformed, "record has no value".to_string())),
         Some(v) => match decoder.decode(v, meta) {
-            Err(DecodeError::Unavailable(e)) => return Err(CycleError::Abortable(e)),
+            Err(e @ DecodeError::Unavailable(_)) => {
+                return Err(CycleError::Abortable(Cause::part("decoding", e)))
+            }
             Err(e) => Err((e.reason(), e.to_string())),
             Ok(ev) => Ok(ev),
         },

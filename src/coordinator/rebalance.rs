@@ -6,7 +6,7 @@
 //! repartition topic. Repartition partitions are assigned to keep the group's ownership, then
 //! paused: the second stage reads them as a raw log.
 
-use super::errors::RunError;
+use super::errors::{Cause, RunError};
 use super::member::Core;
 use super::restore::partitions_of;
 use crate::kafka::assignor::{self, JoinWatch};
@@ -50,8 +50,9 @@ impl RebalanceContext {
         let strategy = settings
             .get("partition.assignment.strategy")
             .unwrap_or(assignor::DEFAULT_STRATEGY);
-        let protocol = assignor::protocol_of(strategy)
-            .map_err(|e| RunError::Startup(format!("partition.assignment.strategy: {e}")))?;
+        let protocol = assignor::protocol_of(strategy).map_err(|e| {
+            RunError::Startup(Cause::found(format!("partition.assignment.strategy: {e}")))
+        })?;
         let ms = |key: &str, default: u64| {
             settings
                 .get(key)
@@ -198,7 +199,7 @@ impl ConsumerContext for RebalanceContext {
             }
         };
         if let Err(e) = result {
-            core.fail(RunError::Fatal(format!("applying the rebalance: {e}")));
+            core.fail(RunError::Fatal(Cause::kafka("applying the rebalance", e)));
         }
     }
 }
@@ -268,7 +269,7 @@ pub(super) fn rejoin<C: ConsumerContext>(
     if !k.static_membership {
         consumer
             .subscribe(topics)
-            .map_err(|e| RunError::Fatal(format!("subscribing again: {e}")))?;
+            .map_err(|e| RunError::Fatal(Cause::kafka("subscribing again", e)))?;
         return Ok(Rejoin::Subscribed);
     }
     // A static member does not leave when it unsubscribes: remove its registration.

@@ -6,7 +6,7 @@
 //! markers say where it resumes. An input partition of the hop's first stage is a source
 //! (`Source`): the offsets topic's markers say where it resumes.
 
-use super::errors::RunError;
+use super::errors::{Cause, RunError};
 use super::parts::{Part, Source};
 use super::settings::Settings;
 use super::sources;
@@ -93,7 +93,7 @@ impl Restorer<'_> {
             self.store
                 .put_lineage(&mut batch, &cf, &lineage)
                 .and_then(|()| self.store.write(batch))
-                .map_err(|e| RunError::Fatal(format!("storing the state's lineage: {e}")))?;
+                .map_err(|e| RunError::Fatal(Cause::part("storing the state's lineage", e)))?;
         }
         Ok((cf, stats))
     }
@@ -116,7 +116,7 @@ impl Restorer<'_> {
             Some(self.s.k.max_future_skew),
             wall_ms(),
         )
-        .map_err(|e| RunError::Fatal(e.to_string()))?;
+        .map_err(|e| RunError::Fatal(Cause::part(format!("opening partition {p}"), e)))?;
         Ok(Part::restored(step, &stats, cf, &topic, p))
     }
 
@@ -129,7 +129,7 @@ impl Restorer<'_> {
     ) -> Result<Part, RunError> {
         let (cf, stats) = self.restore_part(p, pre)?;
         let step = Step::open_back(&self.s.spec.engine, self.store, p, &self.s.source_names)
-            .map_err(|e| RunError::Fatal(e.to_string()))?;
+            .map_err(|e| RunError::Fatal(Cause::part(format!("opening partition {p}"), e)))?;
         let topic = self.s.k.repartition_topic.clone();
         Ok(Part::restored(step, &stats, cf, &topic, p))
     }
@@ -353,7 +353,12 @@ fn restore_with_retry(
                 );
                 std::thread::sleep(Duration::from_millis(100 << attempt));
             }
-            Err(e) => return Err(RunError::Fatal(format!("restoring partition {p}: {e}"))),
+            Err(e) => {
+                return Err(RunError::Fatal(Cause::part(
+                    format!("restoring partition {p}"),
+                    e,
+                )))
+            }
         }
     }
 }

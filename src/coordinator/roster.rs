@@ -23,7 +23,7 @@
 //! of its own claimed by another aborts and drops it, and its next look agrees with the claim
 //! (the claim showed the other process live).
 
-use super::errors::RunError;
+use super::errors::{Cause, RunError};
 use crate::config::KafkaSpec;
 use crate::kafka::members::Roster;
 use crate::kafka::roster::TopicPartition;
@@ -44,5 +44,5 @@ pub(super) fn start(
         parts,
         crate::kafka::roster::session(&k.properties),
     )
-    .map_err(|e| RunError::Startup(format!("membership from the log: {e}")))
+    .map_err(|e| RunError::Startup(Cause::part("membership from the log", e)))
 }

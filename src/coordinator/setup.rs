@@ -1,7 +1,7 @@
 //! Startup: the topics the pipeline needs, how the state store opens, and the input decoder and
 //! output encoder.
 
-use super::errors::RunError;
+use super::errors::{Cause, RunError};
 use super::Mode;
 use crate::config::{KafkaSpec, PipelineSpec};
 use crate::format::avro::{DEAD_LETTER_SCHEMA, WINDOW_RESULT_SCHEMA};
@@ -36,7 +36,7 @@ pub(super) fn open_store(
     mode: Mode,
 ) -> Result<StateStore, RunError> {
     StateStore::open_with(&k.state_dir, &store_config(k, layout, mode))
-        .map_err(|e| RunError::Startup(e.to_string()))
+        .map_err(|e| RunError::Startup(Cause::part("opening the state store", e)))
 }
 
 fn store_config(k: &KafkaSpec, layout: &Layout, mode: Mode) -> StoreConfig {
@@ -57,7 +57,7 @@ fn store_config(k: &KafkaSpec, layout: &Layout, mode: Mode) -> StoreConfig {
 fn partition_counts(probe: &BaseConsumer) -> Result<BTreeMap<String, i32>, RunError> {
     let meta = probe
         .fetch_metadata(None, Duration::from_secs(10))
-        .map_err(|e| RunError::Startup(format!("reading cluster metadata: {e}")))?;
+        .map_err(|e| RunError::Startup(Cause::kafka("reading cluster metadata", e)))?;
     Ok(meta
         .topics()
         .iter()
@@ -76,7 +76,7 @@ fn partition_counts(probe: &BaseConsumer) -> Result<BTreeMap<String, i32>, RunEr
 pub(super) fn ensure_topics(k: &KafkaSpec, mode: Mode) -> Result<Layout, RunError> {
     let probe: BaseConsumer = crate::clients::base_config(k)
         .create()
-        .map_err(|e| RunError::Startup(format!("creating a client: {e}")))?;
+        .map_err(|e| RunError::Startup(Cause::kafka("creating a client", e)))?;
     let counts = partition_counts(&probe)?;
     let mut inputs = Vec::new();
     for t in &k.input_topics {
@@ -93,7 +93,9 @@ pub(super) fn ensure_topics(k: &KafkaSpec, mode: Mode) -> Result<Layout, RunErro
                         .map(|x| x.partitions().len() as i32)
                 })
                 .filter(|&n| n > 0)
-                .ok_or_else(|| RunError::Startup(format!("input topic {t} does not exist")))?,
+                .ok_or_else(|| {
+                    RunError::Startup(Cause::found(format!("input topic {t} does not exist")))
+                })?,
         };
         inputs.push((t.clone(), n));
     }
@@ -184,7 +186,7 @@ pub(super) fn ensure_topics(k: &KafkaSpec, mode: Mode) -> Result<Layout, RunErro
 /// Creates `topics` (an existing one is fine).
 fn create(k: &KafkaSpec, topics: &[NewTopic<'_>]) -> Result<(), RunError> {
     let created = crate::kafka::admin::create_topics(&crate::clients::base_config(k), topics)
-        .map_err(RunError::Startup)?;
+        .map_err(|e| RunError::Startup(Cause::part("creating topics", e)))?;
     for t in created {
         tracing::info!(topic = t, "created topic");
     }
@@ -197,12 +199,13 @@ fn create(k: &KafkaSpec, topics: &[NewTopic<'_>]) -> Result<(), RunError> {
 pub(super) fn codecs(spec: &PipelineSpec, k: &KafkaSpec) -> Result<(Decoder, Encoder), RunError> {
     let registry = match &spec.schema_registry {
         None => None,
-        Some(url) => {
-            Some(SchemaRegistry::connect(url).map_err(|e| RunError::Startup(e.to_string()))?)
-        }
+        Some(url) => Some(
+            SchemaRegistry::connect(url)
+                .map_err(|e| RunError::Startup(Cause::part("the schema registry", e)))?,
+        ),
     };
     let decoder = Decoder::new(&spec.input, spec.avro_input.as_ref(), registry.clone())
-        .map_err(|e| RunError::Startup(e.to_string()))?;
+        .map_err(|e| RunError::Startup(Cause::part("the input decoder", e)))?;
     let encoder = match &spec.output_format {
         OutputFormat::Json => Encoder::json(&spec.engine.aggregations)
             .with_key_shape(KeyShape::of(spec.input.key.len())),
@@ -215,7 +218,7 @@ pub(super) fn codecs(spec: &PipelineSpec, k: &KafkaSpec) -> Result<(Decoder, Enc
                 (Framing::Confluent, Some(r)) => {
                     let reg = |topic: &str, schema: &str| {
                         r.register(&format!("{topic}-value"), schema)
-                            .map_err(|e| RunError::Startup(e.to_string()))
+                            .map_err(|e| RunError::Startup(Cause::part("registering a schema", e)))
                     };
                     (
                         reg(&k.output_topic, WINDOW_RESULT_SCHEMA)?,
@@ -228,7 +231,7 @@ pub(super) fn codecs(spec: &PipelineSpec, k: &KafkaSpec) -> Result<(Decoder, Enc
                 ),
             };
             Encoder::avro(&spec.engine.aggregations, *framing, pane_id, dl_id)
-                .map_err(|e| RunError::Startup(e.to_string()))?
+                .map_err(|e| RunError::Startup(Cause::part("the output encoder", e)))?
         }
     };
     Ok((decoder, encoder))

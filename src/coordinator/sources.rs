@@ -8,7 +8,7 @@
 //! transaction's marker for that source, or the stamp of its latest committed reset marker
 //! (`tidemark replay`), never the group's offsets.
 
-use super::errors::RunError;
+use super::errors::{Cause, RunError};
 use crate::state::changelog::{
     source_marker_key, source_markers, OpenDecision, OpenPolicy, SourceMarkers,
     MARKER_PARTITIONS_HEADER, OFFSET_MARKER_KEY, SOURCE_WATERMARK_HEADER,
@@ -62,7 +62,12 @@ pub(super) fn restore(
             topic,
             p,
         )
-        .map_err(|e| RunError::Fatal(format!("reading {offsets_topic} for {topic}/{p}: {e}")))?;
+        .map_err(|e| {
+            RunError::Fatal(Cause::part(
+                format!("reading {offsets_topic} for {topic}/{p}"),
+                e,
+            ))
+        })?;
         if let Some(n) = state.written_under {
             return Err(RunError::Incompatible(format!(
                 "the offsets topic {offsets_topic} has {offsets_partitions} partitions, but its markers were written with {n}: \

@@ -3,7 +3,7 @@
 //! changelog partition's last offset), how much work it holds, and the transactional calls the
 //! commit cycle's steps make. It is the one place records are handed to the producer.
 
-use super::errors::{classify, with_retry, CycleError, RunError};
+use super::errors::{with_retry, Cause, CycleError, RunError};
 use crate::clients::producer_config;
 use crate::config::KafkaSpec;
 use crate::metrics as m;
@@ -92,14 +92,14 @@ impl Transaction {
         let deliveries = Arc::new(Deliveries::default());
         let producer: ThreadedProducer<TxnContext> = producer_config(k)
             .create_with_context(TxnContext(deliveries.clone()))
-            .map_err(|e| RunError::Startup(format!("creating the producer: {e}")))?;
+            .map_err(|e| RunError::Startup(Cause::kafka("creating the producer", e)))?;
         let timeout = Duration::from_millis(k.transaction_timeout as u64);
         producer
             .init_transactions(timeout.max(Duration::from_secs(30)))
-            .map_err(|e| RunError::Fatal(format!("init_transactions: {e}")))?;
+            .map_err(|e| RunError::Fatal(Cause::kafka("init_transactions", e)))?;
         producer
             .begin_transaction()
-            .map_err(|e| RunError::Fatal(format!("begin_transaction: {e}")))?;
+            .map_err(|e| RunError::Fatal(Cause::kafka("begin_transaction", e)))?;
         Ok(Transaction {
             producer,
             deliveries,
@@ -127,9 +127,7 @@ impl Transaction {
                 }
                 Err((e, _)) => {
                     self.deliveries.outstanding.fetch_sub(1, Ordering::AcqRel);
-                    return Err(classify("produce", e)
-                        .err()
-                        .unwrap_or(CycleError::Abortable("produce".into())));
+                    return Err(CycleError::kafka("produce", e));
                 }
             }
         }
@@ -166,16 +164,14 @@ impl Transaction {
         let deadline = Instant::now() + self.timeout;
         while self.deliveries.outstanding.load(Ordering::Acquire) > 0 {
             if Instant::now() > deadline {
-                return Err(CycleError::Abortable(
-                    "deliveries did not complete within the transaction timeout".into(),
-                ));
+                return Err(CycleError::Abortable(Cause::found(
+                    "deliveries did not complete within the transaction timeout",
+                )));
             }
             std::thread::sleep(Duration::from_micros(200));
         }
         if let Some(e) = self.deliveries.error.lock().expect("lock").take() {
-            return Err(classify("delivery", e)
-                .err()
-                .unwrap_or(CycleError::Abortable("delivery failed".into())));
+            return Err(CycleError::kafka("delivery", e));
         }
         Ok(())
     }
@@ -192,7 +188,7 @@ impl Transaction {
         }
         let cgm = consumer
             .group_metadata()
-            .ok_or_else(|| CycleError::Abortable("no consumer group metadata yet".into()))?;
+            .ok_or_else(|| CycleError::Abortable(Cause::found("no consumer group metadata yet")))?;
         with_retry("send_offsets_to_transaction", || {
             self.producer
                 .send_offsets_to_transaction(tpl, &cgm, self.timeout)
@@ -223,11 +219,9 @@ impl Transaction {
 
     /// Begins the next transaction.
     pub(super) fn begin(&self) -> Result<(), CycleError> {
-        self.producer.begin_transaction().map_err(|e| {
-            classify("begin_transaction", e)
-                .err()
-                .unwrap_or(CycleError::Fatal("begin".into()))
-        })
+        self.producer
+            .begin_transaction()
+            .map_err(|e| CycleError::kafka("begin_transaction", e))
     }
 
     /// Aborts the open transaction (`why` is logged), unless the producer has a fatal error:
@@ -235,7 +229,9 @@ impl Transaction {
     /// [`Transaction::begin_after_abort`].
     pub(super) fn abort(&mut self, why: &str) -> Result<(), RunError> {
         if let Some(fatal) = self.fatal_error() {
-            return Err(RunError::Fatal(format!("{fatal} (while handling: {why})")));
+            return Err(RunError::Fatal(Cause::found(format!(
+                "{fatal} (while handling: {why})"
+            ))));
         }
         tracing::warn!("aborting transaction: {why}");
         // Wait for outstanding deliveries to settle (they fail or land in the aborted transaction).
@@ -245,7 +241,7 @@ impl Transaction {
         }
         self.producer
             .abort_transaction(self.timeout)
-            .map_err(|e| RunError::Fatal(format!("abort_transaction: {e}")))?;
+            .map_err(|e| RunError::Fatal(Cause::kafka("abort_transaction", e)))?;
         self.deliveries.error.lock().expect("lock").take();
         self.deliveries.changelog.lock().expect("lock").clear();
         self.aborted += 1;
@@ -259,7 +255,7 @@ impl Transaction {
     pub(super) fn begin_after_abort(&self) -> Result<(), RunError> {
         self.producer
             .begin_transaction()
-            .map_err(|e| RunError::Fatal(format!("begin_transaction after abort: {e}")))
+            .map_err(|e| RunError::Fatal(Cause::kafka("begin_transaction after abort", e)))
     }
 
     /// After an abort of the commit cycle: waits as [`abort_pause`] says for the aborts in a

@@ -9,17 +9,49 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 use std::time::Duration;
 
+/// Why a metadata or admin request failed, with the client's error.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// A Kafka client call failed.
+    #[error("{what}: {source}")]
+    Kafka {
+        /// The call, and on what.
+        what: String,
+        /// The client's error.
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
+    /// The broker refused to create a topic.
+    #[error("creating topic {topic}: {code}")]
+    Refused {
+        /// The topic.
+        topic: String,
+        /// The broker's error code.
+        code: RDKafkaErrorCode,
+    },
+    /// The runtime for the admin client could not start.
+    #[error("starting the admin client's runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+}
+
+fn kafka(what: impl Into<String>) -> impl FnOnce(rdkafka::error::KafkaError) -> AdminError {
+    move |source| AdminError::Kafka {
+        what: what.into(),
+        source,
+    }
+}
+
 /// The partitions of `topics`, sorted, as the brokers' metadata has them (a topic that does
 /// not exist has none).
 pub fn partitions_of<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topics: &[String],
-) -> Result<Vec<TopicPartition>, String> {
+) -> Result<Vec<TopicPartition>, AdminError> {
     let mut parts = Vec::new();
     for t in topics {
         let md = consumer
             .fetch_metadata(Some(t), Duration::from_secs(30))
-            .map_err(|e| format!("reading the partitions of {t}: {e}"))?;
+            .map_err(kafka(format!("reading the partitions of {t}")))?;
         for topic in md.topics() {
             parts.extend(topic.partitions().iter().map(|p| (t.clone(), p.id())));
         }
@@ -33,29 +65,27 @@ pub fn partitions_of<C: ConsumerContext>(
 pub fn create_topics(
     config: &ClientConfig,
     topics: &[NewTopic<'_>],
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, AdminError> {
     if topics.is_empty() {
         return Ok(Vec::new());
     }
-    let admin: AdminClient<DefaultClientContext> = config
-        .create()
-        .map_err(|e| format!("creating an admin client: {e}"))?;
+    let admin: AdminClient<DefaultClientContext> =
+        config.create().map_err(kafka("creating an admin client"))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     let results = rt
         .block_on(admin.create_topics(
             topics.iter(),
             &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
         ))
-        .map_err(|e| format!("creating topics: {e}"))?;
+        .map_err(kafka("creating topics"))?;
     let mut created = Vec::new();
     for r in results {
         match r {
             Ok(t) => created.push(t),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, e)) => return Err(format!("creating topic {t}: {e}")),
+            Err((topic, code)) => return Err(AdminError::Refused { topic, code }),
         }
     }
     Ok(created)
