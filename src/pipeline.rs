@@ -95,14 +95,30 @@ impl Rejection {
     /// The rejection of an event at event time `ts` whose every window had expired at
     /// `watermark`.
     pub fn late(ts: i64, watermark: i64) -> Rejection {
+        let mut detail =
+            format!("every window of event time {ts} has expired at watermark {watermark}");
+        if looks_like_seconds(ts, watermark) {
+            detail.push_str(
+                "; the event time reads as epoch seconds: if it is, set [input] timestamp_unit = \"s\"",
+            );
+        }
         Rejection {
             reason: Reason::Late,
-            detail: format!("every window of event time {ts} has expired at watermark {watermark}"),
+            detail,
             watermark: Some(watermark),
             event_time: Some(ts),
             late_by_ms: Some(watermark.saturating_sub(ts)),
         }
     }
+}
+
+/// Whether an event time `ts`, late at `watermark`, would be within a year of the watermark if it
+/// were epoch seconds rather than milliseconds (the most common mistake of a new pipeline).
+fn looks_like_seconds(ts: i64, watermark: i64) -> bool {
+    const YEAR_MS: i64 = 366 * 86_400_000;
+    (1..100_000_000_000).contains(&ts)
+        && watermark > 1_000_000_000_000
+        && (ts * 1_000 - watermark).abs() < YEAR_MS
 }
 
 /// A record as its decoder left it: an event, `None` when the pipeline's filter rejected it, or
@@ -470,5 +486,20 @@ impl Step {
     /// The sources' fronts (kept as of each commit, to put back on abort).
     pub fn fronts(&self) -> &[(String, Front)] {
         &self.fronts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_late_event_time_in_seconds_says_so() {
+        let wm = 1_765_000_000_000;
+        assert!(Rejection::late(1_765_000_000, wm)
+            .detail
+            .contains("timestamp_unit = \"s\""));
+        assert!(!Rejection::late(wm - 60_000, wm).detail.contains("seconds"));
+        assert!(!Rejection::late(5, 1_000).detail.contains("seconds"));
     }
 }

@@ -118,7 +118,11 @@ pub fn plan(spec: &PipelineSpec) -> String {
         "time",
         match &input.time {
             TimeSpec::Field(c) => {
-                format!("event time from {} (epoch ms or RFC 3339)", c.text)
+                format!(
+                    "event time from {} (epoch {} or RFC 3339)",
+                    c.text,
+                    input.time_unit.name()
+                )
             }
             TimeSpec::RecordTimestamp => "event time from the Kafka record's timestamp".into(),
             TimeSpec::Processing => "processing time: when the record is read".into(),

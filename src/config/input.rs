@@ -4,7 +4,9 @@
 use super::checker::Checker;
 use super::{RawConfig, RawKey, RawKeyPart};
 use crate::expr::{self, Paths};
-use crate::input::{Compiled, FieldInput, InputSpec, KeyPart, TimeSpec, RECORD_TIMESTAMP};
+use crate::input::{
+    Compiled, FieldInput, InputSpec, KeyPart, TimeSpec, TimeUnit, RECORD_TIMESTAMP,
+};
 
 /// `[input]` filter, key, timestamp and time, with the aggregations' input texts `fields`:
 /// the compiled [`InputSpec`], or `None` after recording every problem.
@@ -108,6 +110,26 @@ pub(super) fn validate_input(
         (false, Some(t)) if t.trim() == RECORD_TIMESTAMP => Some(TimeSpec::RecordTimestamp),
         (false, Some(t)) => compile("input.timestamp", t, c).map(TimeSpec::Field),
     };
+    let time_unit = match input.timestamp_unit.as_deref().map(str::trim) {
+        None => TimeUnit::Millis,
+        Some(name) => match TimeUnit::parse(name) {
+            Some(unit) if matches!(time, Some(TimeSpec::Field(_))) => unit,
+            Some(_) => {
+                c.fail(
+                    "input.timestamp_unit",
+                    "applies to a timestamp field or expression only: remove it",
+                );
+                TimeUnit::Millis
+            }
+            None => {
+                c.fail(
+                    "input.timestamp_unit",
+                    format!("unknown unit {name:?}: use \"s\", \"ms\", \"us\" or \"ns\""),
+                );
+                TimeUnit::Millis
+            }
+        },
+    };
     let mut compiled_fields = Vec::new();
     for (i, (text, numeric)) in fields.iter().enumerate() {
         let field = cfg
@@ -132,6 +154,7 @@ pub(super) fn validate_input(
         filter,
         key,
         time: time?,
+        time_unit,
         fields: compiled_fields,
     })
 }

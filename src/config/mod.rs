@@ -285,6 +285,10 @@ pub struct RawInput {
     /// `"$record_timestamp"` (the Kafka record's timestamp). Not with `time = "processing"`.
     #[serde(default)]
     pub timestamp: Option<String>,
+    /// The unit of an event time given as a number: `"ms"` (default), `"s"`, `"us"` or `"ns"`.
+    /// RFC 3339 strings and `$record_timestamp` are not affected.
+    #[serde(default)]
+    pub timestamp_unit: Option<String>,
     /// `"event"` (default: the time `timestamp` says) or `"processing"` (the time a record is
     /// read; the watermark is the processing-time clock).
     #[serde(default)]
@@ -497,6 +501,10 @@ impl PipelineSpec {
         // Written as a one-field pipeline always wrote them, so its state stays valid.
         let _ = writeln!(text, "key={}", self.input.key_text());
         let _ = writeln!(text, "timestamp={}", self.input.time_text());
+        if self.input.time_unit != crate::input::TimeUnit::Millis {
+            // Only when set, so that the fingerprints of earlier pipelines stay as they were.
+            let _ = writeln!(text, "timestamp_unit={}", self.input.time_unit.name());
+        }
         if let Some(f) = &self.input.filter {
             let _ = writeln!(text, "filter={}", f.text);
         }

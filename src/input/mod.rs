@@ -72,6 +72,55 @@ pub enum TimeSpec {
     Processing,
 }
 
+/// The unit of an event time given as a number: epoch milliseconds unless the pipeline says
+/// otherwise (`[input] timestamp_unit`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TimeUnit {
+    /// Epoch seconds.
+    Seconds,
+    /// Epoch milliseconds.
+    #[default]
+    Millis,
+    /// Epoch microseconds.
+    Micros,
+    /// Epoch nanoseconds.
+    Nanos,
+}
+
+impl TimeUnit {
+    /// Every unit with its spelling in a pipeline file.
+    pub const ALL: [(&'static str, TimeUnit); 4] = [
+        ("s", TimeUnit::Seconds),
+        ("ms", TimeUnit::Millis),
+        ("us", TimeUnit::Micros),
+        ("ns", TimeUnit::Nanos),
+    ];
+
+    /// The unit spelled `name`.
+    pub fn parse(name: &str) -> Option<TimeUnit> {
+        Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, u)| *u)
+    }
+
+    /// The unit's spelling.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, u)| *u == self)
+            .map_or("ms", |(n, _)| n)
+    }
+
+    /// `n` of this unit in epoch milliseconds (`None` on overflow); sub-millisecond parts are
+    /// dropped toward negative infinity, as windows assign them.
+    fn to_millis(self, n: i64) -> Option<i64> {
+        match self {
+            TimeUnit::Seconds => n.checked_mul(1_000),
+            TimeUnit::Millis => Some(n),
+            TimeUnit::Micros => Some(n.div_euclid(1_000)),
+            TimeUnit::Nanos => Some(n.div_euclid(1_000_000)),
+        }
+    }
+}
+
 /// The spelling of [`TimeSpec::RecordTimestamp`] in a pipeline file.
 pub const RECORD_TIMESTAMP: &str = "$record_timestamp";
 
@@ -86,6 +135,8 @@ pub struct InputSpec {
     pub key: Vec<KeyPart>,
     /// The event time.
     pub time: TimeSpec,
+    /// The unit of an event time given as a number.
+    pub time_unit: TimeUnit,
     /// The aggregations' inputs; aggregations refer to them by index.
     pub fields: Vec<FieldInput>,
 }
@@ -307,6 +358,7 @@ impl InputSpec {
             filter: None,
             key,
             time,
+            time_unit: TimeUnit::Millis,
             fields,
         }
     }
@@ -392,7 +444,7 @@ impl InputSpec {
                     .expr
                     .eval(row)
                     .map_err(|e| failed(&format!("timestamp {:?}", c.text), e))?;
-                timestamp(&c.text, v)?
+                timestamp(&c.text, v, self.time_unit)?
             }
         };
         let mut values = Vec::with_capacity(self.fields.len());
@@ -415,13 +467,19 @@ impl InputSpec {
     }
 }
 
-/// An event time from its value: epoch milliseconds (an integer, or a double without a
-/// fraction) or an RFC 3339 string.
-fn timestamp(field: &str, v: Datum<'_>) -> Result<i64, DecodeError> {
-    const EXPECTED: &str = "integer epoch milliseconds or an RFC 3339 string";
+/// An event time from its value: an epoch number in `unit` (an integer, or a double without a
+/// fraction), or an RFC 3339 string; in epoch milliseconds.
+fn timestamp(field: &str, v: Datum<'_>, unit: TimeUnit) -> Result<i64, DecodeError> {
+    const EXPECTED: &str = "an integer epoch time or an RFC 3339 string";
+    let out_of_range = |value: String| DecodeError::TimestampOutOfRange {
+        field: field.to_string(),
+        value,
+    };
     let ts = match v {
         Datum::Null => return Err(DecodeError::MissingField(field.to_string())),
-        Datum::Int(i) => i,
+        Datum::Int(i) => unit
+            .to_millis(i)
+            .ok_or_else(|| out_of_range(i.to_string()))?,
         Datum::Float(f) => {
             if f.fract() != 0.0 || !f.is_finite() || f.abs() > MAX_ABS_TIMESTAMP as f64 {
                 return Err(DecodeError::WrongType {
@@ -430,7 +488,8 @@ fn timestamp(field: &str, v: Datum<'_>) -> Result<i64, DecodeError> {
                     got: Datum::Float(f).to_string(),
                 });
             }
-            f as i64
+            unit.to_millis(f as i64)
+                .ok_or_else(|| out_of_range(f.to_string()))?
         }
         Datum::Str(s) => parse_rfc3339(field, &s)?,
         other => {
@@ -960,6 +1019,7 @@ mod tests {
             filter,
             key,
             time,
+            time_unit: TimeUnit::Millis,
             fields,
         }
     }
