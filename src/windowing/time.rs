@@ -30,8 +30,13 @@ pub enum DurationError {
         "calendar unit in {0:?}: months and years have no fixed length; use days (e.g. \"30d\")"
     )]
     Calendar(String),
+    /// `M`, which means minutes to some and months to others (Spark, Java's patterns).
+    #[error(
+        "ambiguous unit \"M\" in {0:?}: write \"m\" or \"min\" for minutes; months have no fixed length (use days, e.g. \"30d\")"
+    )]
+    Ambiguous(String),
     /// A unit that tidemark does not know.
-    #[error("unknown unit {unit:?} in {input:?}: use ms, s, m, h or d")]
+    #[error("unknown unit {unit:?} in {input:?}: use ms, s, m (or min), h or d, or their names (seconds, minutes, ...)")]
     UnknownUnit {
         /// The whole input string.
         input: String,
@@ -48,7 +53,9 @@ pub enum DurationError {
     TooLong(String),
 }
 
-/// Parses a fixed-length duration such as `"250ms"`, `"10m"` or `"1h30m"` into milliseconds.
+/// Parses a fixed-length duration such as `"250ms"`, `"10m"`, `"1h30m"` or `"10 minutes"` into
+/// milliseconds. Units are case-insensitive, except `M`, which is refused as ambiguous (minutes
+/// or months); months and years are refused as calendar units.
 pub fn parse_duration(input: &str) -> Result<i64, DurationError> {
     let s = input.trim();
     if s.is_empty() {
@@ -72,17 +79,26 @@ pub fn parse_duration(input: &str) -> Result<i64, DurationError> {
         let number: i64 = s[num_start..i]
             .parse()
             .map_err(|_| DurationError::TooLong(input.to_string()))?;
+        while i < bytes.len() && bytes[i] == b' ' {
+            i += 1;
+        }
         let unit_start = i;
         while i < bytes.len() && bytes[i].is_ascii_alphabetic() {
             i += 1;
         }
         let unit = &s[unit_start..i];
+        while i < bytes.len() && bytes[i] == b' ' {
+            i += 1;
+        }
+        if unit == "M" {
+            return Err(DurationError::Ambiguous(input.to_string()));
+        }
         let factor: i64 = match unit.to_ascii_lowercase().as_str() {
-            "ms" => 1,
-            "s" => 1_000,
-            "m" | "min" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
+            "ms" | "millisecond" | "milliseconds" => 1,
+            "s" | "sec" | "secs" | "second" | "seconds" => 1_000,
+            "m" | "min" | "mins" | "minute" | "minutes" => 60_000,
+            "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000,
+            "d" | "day" | "days" => 86_400_000,
             "" => return Err(DurationError::Malformed(input.to_string())),
             "mo" | "mon" | "month" | "months" | "y" | "yr" | "year" | "years" => {
                 return Err(DurationError::Calendar(input.to_string()))
@@ -174,6 +190,26 @@ mod tests {
         assert_eq!(parse_duration("1d"), Ok(86_400_000));
         assert_eq!(parse_duration("1h30m"), Ok(5_400_000));
         assert_eq!(parse_duration("0s"), Ok(0));
+        assert_eq!(parse_duration("10 minutes"), Ok(600_000));
+        assert_eq!(parse_duration("1 hour 30 mins"), Ok(5_400_000));
+        assert_eq!(parse_duration("6 hours"), Ok(21_600_000));
+        assert_eq!(parse_duration("2 Seconds"), Ok(2_000));
+        assert_eq!(parse_duration("1MIN"), Ok(60_000));
+    }
+
+    #[test]
+    fn refuses_m_in_capitals_and_calendar_units_written_in_words() {
+        let e = parse_duration("1M").unwrap_err();
+        assert_eq!(e, DurationError::Ambiguous("1M".into()));
+        assert!(e.to_string().contains("\"min\" for minutes"), "{e}");
+        assert_eq!(
+            parse_duration("1 month"),
+            Err(DurationError::Calendar("1 month".into()))
+        );
+        assert_eq!(
+            parse_duration("2 years"),
+            Err(DurationError::Calendar("2 years".into()))
+        );
     }
 
     #[test]
