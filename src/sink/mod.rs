@@ -74,21 +74,44 @@ pub use crate::kafka::roster::TopicPartition;
 /// The next offset to read, per partition.
 pub type Offsets = BTreeMap<TopicPartition, i64>;
 
+/// An error beneath a sink's, kept as its source.
+pub type Source = Box<dyn std::error::Error + Send + Sync>;
+
 /// Errors that stop a sink.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
     /// The pipeline file lacks a section the sink needs.
     #[error("the pipeline needs a [{0}] section")]
     Missing(&'static str),
-    /// A destination table exists with other columns than the sink writes, or cannot be made.
+    /// A destination table exists with other columns than the sink writes: the sentence names
+    /// the difference.
     #[error("{0}")]
     Schema(String),
+    /// Checking or making a destination table failed.
+    #[error("{what}: {source}")]
+    Tables {
+        /// What was being done.
+        what: String,
+        /// The destination's error.
+        #[source]
+        source: Source,
+    },
     /// A pane could not be decoded and the sink keeps no dead letters to put it in.
     #[error("{0}")]
     Undecodable(String),
     /// Setting up the Kafka clients failed.
-    #[error("startup: {0}")]
-    Startup(String),
+    #[error("startup: {what}: {source}")]
+    Startup {
+        /// What was being done.
+        what: String,
+        /// The client's error.
+        #[source]
+        source: Source,
+    },
+    /// The destination refused a batch, and would refuse it again: the sink stops rather than
+    /// retry it forever (as a Kafka Connect sink task fails on a non-retriable error).
+    #[error("the destination refused a batch: {0}")]
+    Refused(#[source] BatchError),
 }
 
 impl SinkError {
@@ -96,12 +119,51 @@ impl SinkError {
     pub fn is_refusal(&self) -> bool {
         matches!(self, SinkError::Missing(_) | SinkError::Schema(_))
     }
+
+    /// A failed step of the startup.
+    pub fn startup(what: impl Into<String>, source: impl Into<Source>) -> SinkError {
+        SinkError::Startup {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
 }
 
-/// Why a batch was not written; the batch is read again and retried after reconnecting.
+/// Why a batch was not written.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BatchError(pub String);
+pub enum BatchError {
+    /// The sink has no connection to its destination.
+    #[error("not connected")]
+    NotConnected,
+    /// A failure that passes: a lost connection, a conflict between transactions, a server
+    /// shutting down or out of resources. The batch is read again from the stored offsets and
+    /// written again after reconnecting.
+    #[error("{what}")]
+    Transient {
+        /// The failure in words, with the destination's own message.
+        what: String,
+        /// The destination's error.
+        #[source]
+        source: Source,
+    },
+    /// The destination refused the batch's data (a constraint, a value it cannot store): the
+    /// same batch would be refused again.
+    #[error("{what}")]
+    Refused {
+        /// The refusal in words, with the destination's own message.
+        what: String,
+        /// The destination's error.
+        #[source]
+        source: Source,
+    },
+}
+
+impl BatchError {
+    /// Whether writing the batch again, after reconnecting, can succeed.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, BatchError::Refused { .. })
+    }
+}
 
 /// A dead letter with the bytes of its record.
 #[derive(Debug, Clone, PartialEq)]
@@ -262,7 +324,7 @@ pub fn run(
             || gone
             || stopping;
         if failed || ((pending.len() > 0 || pending.moved) && due) {
-            let written = !failed && commit(sink, &group, &mut pending, &reading);
+            let written = !failed && commit(sink, &group, &mut pending, &reading)?;
             if !written {
                 // Drop the batch and every position: they are taken up again below, from the
                 // offsets the sink stored.
@@ -303,11 +365,12 @@ pub fn run(
                         reading.follow(&tp, from);
                     }
                 }
-                Err(e) => {
+                Err(e) if e.is_transient() => {
                     tracing::warn!("reading stored offsets: {e}");
                     failed = true;
                     continue;
                 }
+                Err(e) => return Err(SinkError::Refused(e)),
             }
         }
         let before = reading.positions();
@@ -326,8 +389,14 @@ pub fn run(
     }
 }
 
-/// Writes the pending batch with every partition's position; `false` when the write failed.
-fn commit(sink: &mut dyn Sink, group: &str, pending: &mut Pending, reading: &Reading) -> bool {
+/// Writes the pending batch with every partition's position; `Ok(false)` when the write failed
+/// in a way that passes, an error when the destination refused it.
+fn commit(
+    sink: &mut dyn Sink,
+    group: &str,
+    pending: &mut Pending,
+    reading: &Reading,
+) -> Result<bool, SinkError> {
     let offsets = reading.positions();
     let taken = std::mem::take(pending);
     let batch = Batch::new(taken.panes, taken.dead_letters, offsets);
@@ -342,15 +411,16 @@ fn commit(sink: &mut dyn Sink, group: &str, pending: &mut Pending, reading: &Rea
             for ((t, p), lag) in reading.lags() {
                 gauge!(m::SINK_LAG, "topic" => t, "partition" => p.to_string()).set(lag as f64);
             }
-            true
+            Ok(true)
         }
-        Err(e) => {
+        Err(e) if e.is_transient() => {
             tracing::warn!(
                 sink = sink.name(),
                 "writing a batch: {e}; reconnecting, then reading again from the stored offsets"
             );
-            false
+            Ok(false)
         }
+        Err(e) => Err(SinkError::Refused(e)),
     }
 }
 

@@ -79,8 +79,8 @@ const PARTITIONS_EVERY: Duration = Duration::from_secs(10);
 /// group's decisions.
 pub(super) const LOOK_AT_CLAIMS_EVERY: Duration = Duration::from_secs(5);
 
-fn startup(what: &str, e: impl std::fmt::Display) -> SinkError {
-    SinkError::Startup(format!("{what}: {e}"))
+fn startup(what: &str, e: impl Into<super::Source>) -> SinkError {
+    SinkError::startup(what, e)
 }
 
 impl Share {
@@ -364,7 +364,8 @@ impl LogShare {
         let consumer: BaseConsumer = crate::clients::base_config(k)
             .create()
             .map_err(|e| startup("creating the consumer", e))?;
-        let parts = partitions_of(&consumer, topics).map_err(|e| startup("startup", e))?;
+        let parts = partitions_of(&consumer, topics)
+            .map_err(|e| startup("reading the topics' partitions", e))?;
         let members = members_topic(group);
         create_topic(k, &members)?;
         let wall = crate::clock::wall_ms();
@@ -400,5 +401,5 @@ fn create_topic(k: &KafkaSpec, name: &str) -> Result<(), SinkError> {
         &[NewTopic::new(name, 1, TopicReplication::Fixed(1))],
     )
     .map(|_| ())
-    .map_err(|e| SinkError::Startup(format!("creating topic {name}: {e}")))
+    .map_err(|e| SinkError::startup(format!("creating topic {name}"), e))
 }

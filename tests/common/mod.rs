@@ -591,6 +591,11 @@ pub fn start_member_logged(cfg: &std::path::Path, log: &std::path::Path) -> Chil
     adopt(logged("run", cfg, log).spawn().unwrap())
 }
 
+/// Starts `tidemark COMMAND --config CFG` logging at info level into `log`.
+pub fn start_logged(command: &str, cfg: &std::path::Path, log: &std::path::Path) -> Child {
+    adopt(logged(command, cfg, log).spawn().unwrap())
+}
+
 /// Starts `tidemark COMMAND --config CFG` logging at info level into `log`, in the broker's
 /// consumer group whatever `TIDEMARK__KAFKA__MEMBERSHIP` says (for tests of leaving it).
 pub fn start_logged_in_group(command: &str, cfg: &std::path::Path, log: &std::path::Path) -> Child {

@@ -529,3 +529,66 @@ fn a_key_of_several_parts_gets_a_column_per_part() {
         assert_eq!(row.get::<_, i64>(1), 5, "{table}: the highest pane wins");
     }
 }
+
+/// A batch the database refuses (here a CHECK constraint no pane meets) is not retried forever:
+/// the sink stops with exit status 1 and the server's reason, and commits nothing.
+#[test]
+fn a_batch_the_database_refuses_stops_the_sink_with_the_reason() {
+    let broker = Broker::start();
+    broker.create_topic("events", PARTITIONS);
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &broker.addr, &pg);
+    // The sink's first start creates its tables; the constraint comes before any pane.
+    let log = dir.path().join("sink.log");
+    let mut sink = start_logged("sink postgres", &cfg, &log);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pg
+        .client()
+        .query_one("SELECT to_regclass('panes_pg') IS NOT NULL", &[])
+        .map(|r| !r.get::<_, bool>(0))
+        .unwrap_or(true)
+    {
+        assert!(Instant::now() < deadline, "the sink made no table");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    pg.client()
+        .batch_execute(
+            "ALTER TABLE panes_pg ADD CONSTRAINT no_panes CHECK (dedup_id = '') NOT VALID",
+        )
+        .unwrap();
+    let s = Scenario::generate(PARTITIONS, 500, 29);
+    s.produce(&broker.addr, 500, Duration::ZERO).join().unwrap();
+    let member = start_member(&cfg);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = sink.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sink kept retrying a refused batch"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert!(stop_member(member).success());
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("the destination refused a batch"), "{err}");
+    assert!(
+        err.contains("23514"),
+        "the server's SQLSTATE is named: {err}"
+    );
+    let rows: i64 = pg
+        .client()
+        .query_one("SELECT count(*) FROM panes_pg", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0);
+    let offsets: i64 = pg
+        .client()
+        .query_one("SELECT count(*) FROM tidemark_sink_offsets", &[])
+        .map(|r| r.get(0))
+        .unwrap_or(0);
+    assert_eq!(offsets, 0, "no offsets stored for a refused batch");
+}

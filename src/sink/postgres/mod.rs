@@ -120,7 +120,7 @@ fn ensure_table(
                  ORDER BY ordinal_position",
                 &[&schema, &table],
             )
-            .map_err(|e| SinkError::Schema(format!("reading the columns of {name}: {e}")))?;
+            .map_err(|e| tables(format!("reading the columns of {name}"), e))?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     };
     let mut have = read(db)?;
@@ -147,7 +147,7 @@ fn ensure_table(
             cols.join(", ")
         );
         db.batch_execute(&ddl)
-            .map_err(|e| SinkError::Schema(format!("creating {name}: {e}")))?;
+            .map_err(|e| tables(format!("creating {name}"), e))?;
         tracing::info!(table = name, "created table");
         have = read(db)?;
     }
@@ -194,6 +194,14 @@ fn copy_field(out: &mut Vec<u8>, v: Option<&str>) {
     }
 }
 
+/// A failed check or creation of a table.
+fn tables(what: impl Into<String>, e: postgres::Error) -> SinkError {
+    SinkError::Tables {
+        what: what.into(),
+        source: e.into(),
+    }
+}
+
 /// A bound as PostgreSQL text; a global window's bounds (and any time past chrono's range)
 /// become `-infinity` and `infinity`.
 fn timestamp(ms: i64) -> String {
@@ -204,13 +212,40 @@ fn timestamp(ms: i64) -> String {
     }
 }
 
-/// A PostgreSQL failure as a batch error, with the server's message.
+/// A PostgreSQL failure as a batch error, with the server's message: transient unless the
+/// server refused the data itself ([`is_transient`]).
 fn db(e: postgres::Error) -> BatchError {
-    BatchError(format!("postgres: {}", db_message(&e)))
+    let what = format!("postgres: {}", db_message(&e));
+    if is_transient(&e) {
+        BatchError::Transient {
+            what,
+            source: e.into(),
+        }
+    } else {
+        BatchError::Refused {
+            what,
+            source: e.into(),
+        }
+    }
+}
+
+/// Whether a PostgreSQL error passes: no answer from the server (a lost connection, a timeout),
+/// or an SQLSTATE of class 08 (connection), 40 (transaction rollback: serialization failures,
+/// deadlocks), 53 (insufficient resources), 57 (operator intervention: a shutdown) or 58
+/// (system error). Everything else (data exceptions, constraint violations, a wrong column) is
+/// the data's or the table's and would fail again.
+fn is_transient(e: &postgres::Error) -> bool {
+    match e.as_db_error() {
+        None => true,
+        Some(d) => matches!(&d.code().code()[..2], "08" | "40" | "53" | "57" | "58"),
+    }
 }
 
 fn io(e: std::io::Error) -> BatchError {
-    BatchError(format!("copy: {e}"))
+    BatchError::Transient {
+        what: format!("copy: {e}"),
+        source: e.into(),
+    }
 }
 
 /// The server's message when there is one (the plain Display says only "db error").
@@ -425,7 +460,7 @@ pub fn ensure_tables(
     spec: &PostgresSpec,
     aggregations: &[AggSpec],
 ) -> Result<(), SinkError> {
-    let schema = |what: &str, e: postgres::Error| SinkError::Schema(format!("{what}: {e}"));
+    let schema = |what: &str, e: postgres::Error| tables(what, e);
     db.execute("SELECT pg_advisory_lock($1)", &[&TABLES_LOCK])
         .map_err(|e| schema("locking for the table check", e))?;
     let ensured = ensure_tables_locked(db, spec, aggregations);
@@ -477,7 +512,7 @@ pub fn write_pane_batch(
 }
 
 fn not_connected() -> BatchError {
-    BatchError("not connected".into())
+    BatchError::NotConnected
 }
 
 /// The PostgreSQL sink: its settings, the pipeline's aggregations and the connection.
