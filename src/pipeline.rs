@@ -52,16 +52,20 @@ pub enum Reason {
     /// An expression of the pipeline (filter, key, timestamp, aggregation input) cannot be
     /// evaluated on the record: a value of the wrong type, an overflow, a division by zero.
     Expression,
+    /// The record cannot be carried: its grouping key is longer than
+    /// [`crate::windowing::spec::MAX_KEY_BYTES`].
+    TooLarge,
 }
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub const ALL: [Reason; 5] = [
+    pub const ALL: [Reason; 6] = [
         Reason::Malformed,
         Reason::FutureTimestamp,
         Reason::Late,
         Reason::KeyMismatch,
         Reason::Expression,
+        Reason::TooLarge,
     ];
 
     /// The reason as dead letters spell it.
@@ -72,6 +76,7 @@ impl Reason {
             Reason::Late => "late",
             Reason::KeyMismatch => "key_mismatch",
             Reason::Expression => "expression",
+            Reason::TooLarge => "too_large",
         }
     }
 }

@@ -282,7 +282,7 @@ pub fn run_inputs(
         });
         let more = match r.reason {
             Reason::Late => json!({"event_time": r.event_time, "late_by_ms": r.late_by_ms}),
-            _ => json!({"detail": r.detail}),
+            _ => json!({"detail": crate::format::dead_letter::bounded_detail(r.detail)}),
         };
         let input = if several {
             json!({ "input": input })

@@ -289,6 +289,15 @@ pub(super) fn validate_aggregations(
     let mut aggregations = Vec::new();
     if cfg.aggregations.is_empty() {
         c.fail("aggregations", "at least one aggregation is required");
+    } else if cfg.aggregations.len() > aggregate::MAX_AGGREGATIONS {
+        c.fail(
+            "aggregations",
+            format!(
+                "{} aggregations are more than the {} one pipeline may have",
+                cfg.aggregations.len(),
+                aggregate::MAX_AGGREGATIONS
+            ),
+        );
     }
     for (i, agg) in cfg.aggregations.iter().enumerate() {
         let at = format!("aggregations[{i}]");

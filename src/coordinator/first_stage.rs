@@ -13,7 +13,7 @@
 //! offset marker to the offsets topic. `--passthrough` shares the sources and their markers.
 
 use super::catch_up::CatchUp;
-use super::errors::CycleError;
+use super::errors::{Cause, CycleError};
 use super::output::Out;
 use super::parts::Source;
 use super::settings::{Settings, Topology};
@@ -22,7 +22,7 @@ use crate::clock::wall_ms;
 use crate::format::dead_letter::DeadLetter;
 use crate::format::repartition::{self as wire, Origin};
 use crate::input::decode::Decoder;
-use crate::pipeline::Checked;
+use crate::pipeline::{Checked, Reason};
 use crate::windowing::watermark::SourceWatermark;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::BaseRecord;
@@ -86,7 +86,11 @@ impl FirstStage {
                 // (the second stage reads only committed records, so waiting costs no latency).
                 let partition = wire::partition_for(ev.key.as_bytes(), self.partitions);
                 let pack = &mut self.packs[partition as usize];
-                pack.push(&ev, origin);
+                if let Err(e) = pack.push(&ev, origin) {
+                    // The front refuses such keys; this keeps a record the hop cannot carry
+                    // from stopping the member all the same.
+                    return reject(src, out, msg, Reason::TooLarge, e.to_string());
+                }
                 if pack.is_full() {
                     send_packed(&mut self.packs, s, out, partition)?;
                 }
@@ -96,20 +100,7 @@ impl FirstStage {
                 reason,
                 detail,
                 event_time: _,
-            } => {
-                let wm = src.front.watermark();
-                let letter = DeadLetter {
-                    reason: reason.as_str().to_string(),
-                    topic: msg.topic().to_string(),
-                    partition: p,
-                    offset,
-                    watermark: (wm != i64::MIN).then_some(wm),
-                    late_by_ms: None,
-                    detail,
-                    epoch: src.epoch,
-                };
-                out.dead_letter(msg.key(), msg.payload(), letter, reason.as_str())
-            }
+            } => reject(src, out, msg, reason, detail),
         }
     }
 
@@ -142,7 +133,9 @@ impl FirstStage {
                 out.telemetry.batch().partials += 1;
                 out.telemetry.batch().folded += partial.acc.count;
                 let pack = &mut self.partials[r as usize];
-                pack.push(&partial, topic, p);
+                // A partial's key is an event's that the hop accepted, so it fits as well.
+                pack.push(&partial, topic, p)
+                    .map_err(|e| CycleError::Fatal(Cause::part("a partial", e)))?;
                 if pack.is_full() {
                     send_packed(&mut self.partials, s, out, r)?;
                 }
@@ -153,6 +146,28 @@ impl FirstStage {
         }
         Ok(())
     }
+}
+
+/// Dead-letters input record `msg` of source `src` for `reason`.
+fn reject(
+    src: &Source,
+    out: &mut Out<'_>,
+    msg: &BorrowedMessage<'_>,
+    reason: Reason,
+    detail: String,
+) -> Result<(), CycleError> {
+    let wm = src.front.watermark();
+    let letter = DeadLetter {
+        reason: reason.as_str().to_string(),
+        topic: msg.topic().to_string(),
+        partition: msg.partition(),
+        offset: msg.offset(),
+        watermark: (wm != i64::MIN).then_some(wm),
+        late_by_ms: None,
+        detail,
+        epoch: src.epoch,
+    };
+    out.dead_letter(msg.key(), msg.payload(), letter, reason.as_str())
 }
 
 /// Writes repartition partition `r`'s pack among `packs`, if it holds entries, and empties it

@@ -6,7 +6,7 @@
 //! their source topic, partition and offset; a partial's records one by one); watermark reports
 //! move its watermark (the minimum over the sources that are not idle).
 
-use super::errors::{CycleError, RunError};
+use super::errors::{Cause, CycleError, RunError};
 use super::output::Out;
 use super::parts::Part;
 use super::settings::Settings;
@@ -48,7 +48,7 @@ impl SecondStage {
     /// Connects to the repartition topic of `k`; no partition is followed yet.
     pub(super) fn connect(k: &KafkaSpec) -> Result<SecondStage, RunError> {
         let reader = LogReader::connect(&k.bootstrap_servers)
-            .map_err(|e| RunError::Startup(format!("reading the repartition topic: {e}")))?;
+            .map_err(|e| RunError::Startup(Cause::part("reading the repartition topic", e)))?;
         Ok(SecondStage {
             reader,
             following: Following::new(&k.repartition_topic).giving_up_after(k.transaction_timeout),
@@ -165,7 +165,7 @@ impl SecondStage {
 
 /// An engine error on the second stage's path: the member stops.
 fn fatal(e: EngineError) -> CycleError {
-    CycleError::Fatal(e.to_string())
+    CycleError::Fatal(Cause::part("the second stage", e))
 }
 
 /// Processes one record `r` read from the repartition topic, decoding an event into `ev` and a
@@ -184,7 +184,7 @@ fn process(
     };
     let decoded = match r.value.as_deref() {
         Some(v) => wire::decode_into(r.key.as_deref(), v, ev, reports),
-        None => Err(wire::HopError::missing_value()),
+        None => Err(wire::HopError::MissingValue),
     };
     let topics = s.k.input_topics.len();
     let known = |o: &Origin| usize::from(o.topic) < topics;
@@ -199,8 +199,7 @@ fn process(
             if count == 0 || usize::from(max_topic) < topics =>
         {
             let value = r.value.as_deref().expect("decoded from it");
-            let unreadable =
-                |e: wire::HopError| CycleError::Fatal(format!("a checked pack does not read: {e}"));
+            let unreadable = |e| CycleError::Fatal(Cause::part("a checked pack does not read", e));
             let mut reader = wire::PackReader::new(value).map_err(unreadable)?;
             while let Some(o) = reader.next_into(ev).map_err(unreadable)? {
                 event(s, part, out, ev, o, now)?;
@@ -293,11 +292,11 @@ fn read_partials(
         .into_iter()
         .map(|p| {
             if usize::from(p.origin.topic) >= topics {
-                return Err(wire::HopError::unknown_source());
+                return Err(wire::HopError::UnknownSource);
             }
             let acc = Acc::decode(aggs, &mut p.acc.as_slice(), false)
                 .filter(|a| a.count == p.events.len() as u64)
-                .ok_or_else(wire::HopError::bad_partial)?;
+                .ok_or(wire::HopError::BadPartial)?;
             Ok((p, acc))
         })
         .collect()

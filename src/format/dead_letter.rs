@@ -26,6 +26,27 @@ pub const DETAIL_HEADER: &str = "tidemark.detail";
 pub const WATERMARK_HEADER: &str = "tidemark.watermark";
 /// Header of how late a late record was, in ms.
 pub const LATE_BY_HEADER: &str = "tidemark.late_by_ms";
+/// Header present when the dead letter does not carry the source record's key and value because
+/// they would make it larger than the producer may write; it says how large they were. The
+/// source coordinates still name the record.
+pub const DROPPED_HEADER: &str = "tidemark.payload_dropped";
+
+/// The longest detail a dead letter carries, in bytes; a longer one is cut at a character
+/// boundary and ends with an ellipsis.
+pub const MAX_DETAIL_BYTES: usize = 1024;
+
+/// `detail` cut to at most [`MAX_DETAIL_BYTES`] bytes.
+pub fn bounded_detail(mut detail: String) -> String {
+    if detail.len() > MAX_DETAIL_BYTES {
+        let mut end = MAX_DETAIL_BYTES - '…'.len_utf8();
+        while !detail.is_char_boundary(end) {
+            end -= 1;
+        }
+        detail.truncate(end);
+        detail.push('…');
+    }
+    detail
+}
 
 /// What a dead letter says about the input record it stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -55,7 +55,7 @@
 
 use crate::windowing::aggregate::value::{get_value, get_varint, put_value, put_varint, Value};
 use crate::windowing::fold::Partial;
-use crate::windowing::spec::Event;
+use crate::windowing::spec::{Event, MAX_KEY_BYTES};
 use crate::windowing::watermark::SourceWatermark;
 
 /// The format version written first in every watermark record's value.
@@ -100,31 +100,69 @@ pub enum HopRecord {
     Partials(Vec<PartialRecord>),
 }
 
-/// Why a repartition record does not decode (it was not written by the first stage).
+/// Why a repartition record does not decode (it was not written by the first stage), or why an
+/// event cannot be written to one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("repartition record: {0}")]
-pub struct HopError(String);
-
-impl HopError {
+pub enum HopError {
     /// A record without a value.
-    pub fn missing_value() -> HopError {
-        HopError("no value".into())
-    }
-
+    #[error("repartition record: no value")]
+    MissingValue,
     /// A record naming an input topic the pipeline does not have.
-    pub fn unknown_source() -> HopError {
-        HopError("a record of an unknown source".into())
-    }
-
-    /// A partial whose accumulator does not decode with the pipeline's aggregations, or does
-    /// not hold as many events as it lists.
-    pub fn bad_partial() -> HopError {
-        HopError("a partial whose accumulator does not match its events".into())
-    }
+    #[error("repartition record: a record of an unknown source")]
+    UnknownSource,
+    /// A partial whose accumulator does not decode with the pipeline's aggregations, or does not
+    /// hold as many events as it lists.
+    #[error("repartition record: a partial whose accumulator does not match its events")]
+    BadPartial,
+    /// The value ends before a field it announces.
+    #[error("repartition record: truncated")]
+    Truncated,
+    /// Bytes follow the last entry.
+    #[error("repartition record: trailing bytes")]
+    TrailingBytes,
+    /// A format version this build does not read.
+    #[error("repartition record: unknown version {0}")]
+    UnknownVersion(u8),
+    /// A record kind this build does not read, or not the kind the reader was given.
+    #[error("repartition record: unknown kind {0}")]
+    UnknownKind(u8),
+    /// An event record without a key.
+    #[error("repartition record: an event without a key")]
+    NoKey,
+    /// A key that is not UTF-8.
+    #[error("repartition record: the key is not UTF-8")]
+    KeyNotUtf8,
+    /// A value that does not decode.
+    #[error("repartition record: a value that does not decode")]
+    BadValue,
+    /// A partial that lists no event.
+    #[error("repartition record: a partial without events")]
+    EmptyPartial,
+    /// A grouping key too long to write (see [`MAX_KEY_BYTES`]).
+    #[error(
+        "a grouping key of {0} bytes is longer than the {MAX_KEY_BYTES} bytes the hop carries"
+    )]
+    KeyTooLong(usize),
+    /// More values than one entry can hold (255).
+    #[error("{0} values are more than the 255 one event carries")]
+    TooManyValues(usize),
 }
 
-/// Appends an event record's value.
-pub fn put_event(out: &mut Vec<u8>, ev: &Event, origin: Origin) {
+/// The length of `key` as the hop writes it, or why it cannot be written.
+fn key_len(key: &[u8]) -> Result<[u8; 2], HopError> {
+    u16::try_from(key.len())
+        .map(u16::to_le_bytes)
+        .map_err(|_| HopError::KeyTooLong(key.len()))
+}
+
+/// The number of values as the hop writes it, or why it cannot be written.
+fn value_count(values: &[Value]) -> Result<u8, HopError> {
+    u8::try_from(values.len()).map_err(|_| HopError::TooManyValues(values.len()))
+}
+
+/// Appends an event record's value; nothing when the event has too many values.
+pub fn put_event(out: &mut Vec<u8>, ev: &Event, origin: Origin) -> Result<(), HopError> {
+    let n = value_count(&ev.values)?;
     out.reserve(25 + 9 * ev.values.len());
     out.push(EVENTS_VERSION);
     out.push(KIND_EVENT);
@@ -133,10 +171,11 @@ pub fn put_event(out: &mut Vec<u8>, ev: &Event, origin: Origin) {
     out.extend_from_slice(&origin.partition.to_le_bytes());
     out.extend_from_slice(&origin.offset.to_le_bytes());
     out.extend_from_slice(&origin.appended.to_le_bytes());
-    out.push(ev.values.len() as u8);
+    out.push(n);
     for v in &ev.values {
         put_value(out, v);
     }
+    Ok(())
 }
 
 /// A pack is written once it holds this many bytes (or at the end of the cycle).
@@ -222,22 +261,25 @@ impl<K> Packed<K> {
 }
 
 impl Pack {
-    /// Appends an event and the input record it came from.
-    pub fn push(&mut self, ev: &Event, origin: Origin) {
+    /// Appends an event and the input record it came from; nothing, and why, when its key is
+    /// too long or it has too many values.
+    pub fn push(&mut self, ev: &Event, origin: Origin) -> Result<(), HopError> {
         let key = ev.key.as_bytes();
-        let key_len = u16::try_from(key.len()).expect("grouping keys are shorter than 64 KiB");
-        self.buf.extend_from_slice(&key_len.to_le_bytes());
+        let key_len = key_len(key)?;
+        let n = value_count(&ev.values)?;
+        self.buf.extend_from_slice(&key_len);
         self.buf.extend_from_slice(key);
         self.buf.extend_from_slice(&ev.ts.to_le_bytes());
         self.buf.extend_from_slice(&origin.topic.to_le_bytes());
         self.buf.extend_from_slice(&origin.partition.to_le_bytes());
         self.buf.extend_from_slice(&origin.offset.to_le_bytes());
         self.buf.extend_from_slice(&origin.appended.to_le_bytes());
-        self.buf.push(ev.values.len() as u8);
+        self.buf.push(n);
         for v in &ev.values {
             put_value(&mut self.buf, v);
         }
         self.n += 1;
+        Ok(())
     }
 }
 
@@ -255,7 +297,7 @@ impl<'a> PackReader<'a> {
         let mut r = Reader(value);
         let version = r.u8()?;
         if !(1..=EVENTS_VERSION).contains(&version) || r.u8()? != KIND_EVENTS {
-            return Err(HopError("not a packed event record".into()));
+            return Err(HopError::UnknownKind(KIND_EVENTS));
         }
         let left = r.u32()?;
         Ok(PackReader { r, left, version })
@@ -267,17 +309,17 @@ impl<'a> PackReader<'a> {
             return if self.r.0.is_empty() {
                 Ok(None)
             } else {
-                Err(HopError("trailing bytes".into()))
+                Err(HopError::TrailingBytes)
             };
         }
         self.left -= 1;
         let key_len = usize::from(self.r.u16()?);
         if self.r.0.len() < key_len {
-            return Err(HopError("truncated".into()));
+            return Err(HopError::Truncated);
         }
         let (key, rest) = self.r.0.split_at(key_len);
         self.r.0 = rest;
-        let key = std::str::from_utf8(key).map_err(|_| HopError("the key is not UTF-8".into()))?;
+        let key = std::str::from_utf8(key).map_err(|_| HopError::KeyNotUtf8)?;
         ev.key.clear();
         ev.key.push_str(key);
         ev.ts = self.r.i64()?;
@@ -293,14 +335,15 @@ impl<'a> PackReader<'a> {
 }
 
 impl PartialPack {
-    /// Appends a partial of input partition `partition` of input topic `topic` (by index).
-    pub fn push(&mut self, p: &Partial, topic: u16, partition: i32) {
+    /// Appends a partial of input partition `partition` of input topic `topic` (by index);
+    /// nothing, and why, when its key is too long.
+    pub fn push(&mut self, p: &Partial, topic: u16, partition: i32) -> Result<(), HopError> {
         let key = p.key.as_bytes();
-        let key_len = u16::try_from(key.len()).expect("grouping keys are shorter than 64 KiB");
+        let key_len = key_len(key)?;
         let Some((&(first_offset, first_ts), rest)) = p.events.split_first() else {
-            return; // a partial always holds an event; an empty one says nothing
+            return Ok(()); // a partial always holds an event; an empty one says nothing
         };
-        self.buf.extend_from_slice(&key_len.to_le_bytes());
+        self.buf.extend_from_slice(&key_len);
         self.buf.extend_from_slice(key);
         self.buf.extend_from_slice(&topic.to_le_bytes());
         self.buf.extend_from_slice(&partition.to_le_bytes());
@@ -320,6 +363,7 @@ impl PartialPack {
         put_varint(&mut self.buf, acc.len() as u64);
         self.buf.extend_from_slice(&acc);
         self.n += 1;
+        Ok(())
     }
 }
 
@@ -354,11 +398,11 @@ pub fn read_partials(value: &[u8]) -> Result<Vec<PartialRecord>, HopError> {
     let mut r = Reader(value);
     let version = r.u8()?;
     if version != EVENTS_VERSION || r.u8()? != KIND_PARTIALS {
-        return Err(HopError("not a partial record".into()));
+        return Err(HopError::UnknownKind(KIND_PARTIALS));
     }
     let n = r.u32()?;
     let mut out = Vec::with_capacity(n.min(1 << 16) as usize);
-    let bad = || HopError("truncated partial".into());
+    let bad = || HopError::Truncated;
     for _ in 0..n {
         let key_len = usize::from(r.u16()?);
         if r.0.len() < key_len {
@@ -366,11 +410,11 @@ pub fn read_partials(value: &[u8]) -> Result<Vec<PartialRecord>, HopError> {
         }
         let (key, rest) = r.0.split_at(key_len);
         r.0 = rest;
-        let key = std::str::from_utf8(key).map_err(|_| HopError("the key is not UTF-8".into()))?;
+        let key = std::str::from_utf8(key).map_err(|_| HopError::KeyNotUtf8)?;
         let (topic, partition, appended, ts) = (r.u16()?, r.i32()?, r.i64()?, r.i64()?);
         let m = get_varint(&mut r.0).ok_or_else(bad)?;
         if m == 0 || m > r.0.len() as u64 {
-            return Err(HopError("a partial without events".into()));
+            return Err(HopError::EmptyPartial);
         }
         let mut events = Vec::with_capacity(m as usize);
         let (mut offset, mut t) = (r.i64()?, r.i64()?);
@@ -400,7 +444,7 @@ pub fn read_partials(value: &[u8]) -> Result<Vec<PartialRecord>, HopError> {
         });
     }
     if !r.0.is_empty() {
-        return Err(HopError("trailing bytes".into()));
+        return Err(HopError::TrailingBytes);
     }
     Ok(out)
 }
@@ -444,10 +488,7 @@ struct Reader<'a>(&'a [u8]);
 
 impl Reader<'_> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N], HopError> {
-        let (head, rest) = self
-            .0
-            .split_first_chunk::<N>()
-            .ok_or_else(|| HopError("truncated".into()))?;
+        let (head, rest) = self.0.split_first_chunk::<N>().ok_or(HopError::Truncated)?;
         self.0 = rest;
         Ok(*head)
     }
@@ -477,7 +518,7 @@ impl Reader<'_> {
             out.push(if version == 1 {
                 Value::Float(self.f64()?)
             } else {
-                get_value(&mut self.0).ok_or_else(|| HopError("bad value".into()))?
+                get_value(&mut self.0).ok_or(HopError::BadValue)?
             });
         }
         Ok(())
@@ -562,7 +603,7 @@ pub fn decode_into(
     let mut r = Reader(value);
     let version = r.u8()?;
     if !(1..=EVENTS_VERSION).contains(&version) {
-        return Err(HopError(format!("unknown version {version}")));
+        return Err(HopError::UnknownVersion(version));
     }
     let record = match r.u8()? {
         KIND_EVENT => {
@@ -574,9 +615,8 @@ pub fn decode_into(
                 appended: r.i64()?,
             };
             r.values(version, &mut ev.values)?;
-            let key = key.ok_or_else(|| HopError("an event without a key".into()))?;
-            let key =
-                std::str::from_utf8(key).map_err(|_| HopError("the key is not UTF-8".into()))?;
+            let key = key.ok_or(HopError::NoKey)?;
+            let key = std::str::from_utf8(key).map_err(|_| HopError::KeyNotUtf8)?;
             ev.key.clear();
             ev.key.push_str(key);
             ev.ts = ts;
@@ -601,10 +641,10 @@ pub fn decode_into(
             return Ok(Decoded::Events { count, max_topic });
         }
         KIND_PARTIALS if version == EVENTS_VERSION => return Ok(Decoded::Partials),
-        other => return Err(HopError(format!("unknown kind {other}"))),
+        other => return Err(HopError::UnknownKind(other)),
     };
     if !r.0.is_empty() {
-        return Err(HopError("trailing bytes".into()));
+        return Err(HopError::TrailingBytes);
     }
     Ok(record)
 }
@@ -703,7 +743,7 @@ mod tests {
             },
         ] {
             let mut v = Vec::new();
-            put_event(&mut v, &ev, origin);
+            put_event(&mut v, &ev, origin).unwrap();
             let got = decode_into(Some(ev.key.as_bytes()), &v, &mut buf, &mut Vec::new());
             assert_eq!(got, Ok(Decoded::Event(origin)));
             assert_eq!(buf, ev);
@@ -732,7 +772,7 @@ mod tests {
         assert!(pack.is_empty());
         assert_eq!(decode(None, pack.finish()), Ok(HopRecord::Events(vec![])));
         for (ev, origin) in &events {
-            pack.push(ev, *origin);
+            pack.push(ev, *origin).unwrap();
         }
         assert_eq!(pack.len(), 5);
         let v = pack.finish().to_vec();
@@ -746,7 +786,7 @@ mod tests {
         assert!(decode(None, &longer).is_err());
         // A pack is reused after `clear`.
         pack.clear();
-        pack.push(&events[2].0, events[2].1);
+        pack.push(&events[2].0, events[2].1).unwrap();
         assert_eq!(
             decode(None, pack.finish()),
             Ok(HopRecord::Events(vec![events[2].clone()]))
@@ -776,8 +816,8 @@ mod tests {
         };
         let mut pack = PartialPack::default();
         assert!(pack.is_empty());
-        pack.push(&p, 2, 9);
-        pack.push(&p, 0, 1);
+        pack.push(&p, 2, 9).unwrap();
+        pack.push(&p, 0, 1).unwrap();
         let value = pack.finish().to_vec();
         let mut ev = Event::default();
         let mut reports = Vec::new();
@@ -815,7 +855,7 @@ mod tests {
             appended: 1_700_000_000_000,
         };
         let mut v = Vec::new();
-        put_event(&mut v, &ev, origin);
+        put_event(&mut v, &ev, origin).unwrap();
         assert_eq!(
             decode(Some(b"user-7"), &v),
             Ok(HopRecord::Event(ev, origin))

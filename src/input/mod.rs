@@ -27,6 +27,7 @@ pub mod decode;
 
 use crate::expr::{Datum, Expr, Func, Paths, Row};
 use crate::pipeline::Reason;
+use crate::windowing::spec::MAX_KEY_BYTES;
 use crate::windowing::time::MAX_ABS_TIMESTAMP;
 use serde::Deserialize as _;
 use serde_json::Value;
@@ -201,6 +202,12 @@ pub enum DecodeError {
     /// An expression cannot be evaluated on the record.
     #[error("{0}")]
     Expression(String),
+    /// The grouping key is longer than [`MAX_KEY_BYTES`].
+    #[error("the grouping key is {bytes} bytes long; the longest a key may be is {MAX_KEY_BYTES}")]
+    KeyTooLong {
+        /// The key's length in bytes.
+        bytes: usize,
+    },
 }
 
 impl DecodeError {
@@ -208,6 +215,7 @@ impl DecodeError {
     pub fn reason(&self) -> Reason {
         match self {
             DecodeError::Expression(_) => Reason::Expression,
+            DecodeError::KeyTooLong { .. } => Reason::TooLarge,
             _ => Reason::Malformed,
         }
     }
@@ -434,6 +442,9 @@ impl InputSpec {
         }
         let key = encode_parts(&parts);
         drop(parts);
+        if key.len() > MAX_KEY_BYTES {
+            return Err(DecodeError::KeyTooLong { bytes: key.len() });
+        }
         let ts = match &self.time {
             TimeSpec::Processing => meta.now,
             TimeSpec::RecordTimestamp => meta

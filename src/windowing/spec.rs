@@ -25,6 +25,11 @@ pub struct EngineSpec {
     pub aggregations: Vec<AggSpec>,
 }
 
+/// The longest grouping key, in bytes (UTF-8). The repartition hop writes a key's length in two
+/// bytes; a record whose key is longer is dead-lettered as `too_large` before it reaches the
+/// engine or the hop, in `simulate` as in `run`.
+pub const MAX_KEY_BYTES: usize = u16::MAX as usize;
+
 /// A decoded event: what the windowing core consumes.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Event {

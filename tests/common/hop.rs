@@ -740,7 +740,8 @@ pub fn judge_sessions(got: &Committed, s: &HopScenario, simulated: &[String]) ->
     problems
 }
 
-fn common_problems(got: &Committed) -> Vec<String> {
+/// Duplicated or gapped panes, repeated dead letters, open transactions.
+pub fn common_problems(got: &Committed) -> Vec<String> {
     let mut problems = got.audit.clone();
     for (d, n) in &got.dead {
         if *n > 1 {

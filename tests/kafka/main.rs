@@ -6,7 +6,8 @@
 //! * exactly-once under failures: `chaos_direct`, `chaos_hop` (random kill -9s of three
 //!   members, live input), `crash_recovery` (one member killed and restored), `broker_stopped`
 //!   (the broker itself stopped), `injected_faults` (errors on every transactional request);
-//! * pipelines end to end: `run`, `repartition` (the hop), `replay`, `avro`, `audit`,
+//! * pipelines end to end: `run`, `repartition` (the hop), `hostile_input` (records that
+//!   cannot be carried, dead-lettered), `replay`, `avro`, `audit`,
 //!   `metrics`, `postgres_sink`;
 //! * the group: `membership` (joins, deaths, fencing, a leader that assigns nothing),
 //!   `claims` (fencing from the log), `scale` (members added and removed under load),
@@ -27,6 +28,7 @@ mod chaos_direct;
 mod chaos_hop;
 mod claims;
 mod crash_recovery;
+mod hostile_input;
 mod injected_faults;
 mod membership;
 mod metrics;

@@ -282,6 +282,10 @@ impl PartialEq for Acc {
     }
 }
 
+/// The most aggregations one pipeline has: the saved form of an accumulator and the repartition
+/// hop's events write their number in one byte (`validate` refuses more).
+pub const MAX_AGGREGATIONS: usize = u8::MAX as usize;
+
 /// The saved form's version byte (earlier forms had none; see [`Acc::decode`]).
 const ACC_VERSION: u8 = 2;
 
@@ -346,7 +350,8 @@ impl Acc {
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.push(ACC_VERSION);
         out.extend_from_slice(&self.count.to_le_bytes());
-        out.push(self.states.len() as u8);
+        // `validate` keeps the number of aggregations within MAX_AGGREGATIONS.
+        out.push(u8::try_from(self.states.len()).unwrap_or(u8::MAX));
         for s in &self.states {
             // One byte of length is the common case; a longer length is spliced in.
             let at = out.len();
