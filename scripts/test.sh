@@ -13,8 +13,28 @@ echo "== cargo fmt --check"
 cargo fmt --check
 echo "== cargo clippy (release, all targets, -D warnings)"
 cargo clippy --release --all-targets -- -D warnings
+# Tests that apply to one broker only. Each asserts that it runs on a broker it applies to, so
+# that a run elsewhere fails instead of passing having judged nothing; here each runs where it
+# applies and is skipped, by name, elsewhere: the broker-restart tests and the move to the eager
+# protocol need noida-db (Tansu's storage here is memory, and its groups keep their protocol);
+# the blind watchdog needs Tansu (noida-db's group descriptions carry assignments).
+tansu_only=(
+  membership::a_member_holding_partitions_rejoins_when_another_sits_on_a_partition_for_twice_the_bound
+)
+noida_only=(
+  claims::under_the_cooperative_protocol_a_superseded_member_moves_the_group_to_the_eager_one
+  broker_stopped::the_broker_keeps_what_it_acknowledged_across_a_sigterm
+  broker_stopped::whether_the_broker_keeps_what_it_acknowledged_across_a_sigkill
+  broker_stopped::a_pipeline_whose_broker_is_bounced_commits_everything_exactly_once
+  broker_stopped::a_pipeline_whose_broker_is_killed_commits_no_pane_twice_and_goes_on
+)
+skipping() {
+  local t
+  for t in "$@"; do printf '%s\n' --skip "$t"; done
+}
 echo "== cargo test (release; Kafka tests on Tansu)"
-TIDEMARK_TEST_BROKER=tansu cargo test --release "$@"
+mapfile -t skip < <(skipping "${noida_only[@]}")
+TIDEMARK_TEST_BROKER=tansu cargo test --release "$@" -- "${skip[@]}"
 # The Kafka tests live in one binary (tests/kafka/, one module per group of tests); `only M...`
 # gives the libtest arguments that keep the modules M and skip the others. On noida-db all run
 # but two: wedged_group makes one broker's group fault on purpose (it names Tansu's in
@@ -44,7 +64,7 @@ for m in "${modules[@]}"; do
   esac
 done
 echo "== cargo test (release; Kafka tests on noida-db)"
-mapfile -t args < <(only "${others[@]}")
+mapfile -t args < <(only "${others[@]}"; skipping "${tansu_only[@]}")
 TIDEMARK_TEST_BROKER=noida cargo test --release --test kafka "$@" -- "${args[@]}"
 echo "== cargo test (release; Kafka tests that kill members, on noida-db, membership from the log)"
 mapfile -t args < <(only "${killing[@]}")

@@ -145,14 +145,15 @@ impl Broker {
     }
 
     /// Whether this broker's group descriptions carry no members' assignments (Tansu's never do),
-    /// so that the group watchdog judges ownership from the log: tests of that judgement call
-    /// this and end early (saying so, with `what` they would show) on other brokers.
+    /// so that the group watchdog judges ownership from the log: tests of that judgement assert
+    /// it (saying, with `what` they would show, why it does not hold elsewhere), and
+    /// `scripts/test.sh` runs them only on such a broker.
     pub fn reports_no_assignments(&self, what: &str) -> bool {
         let blind = self.kind == BrokerKind::Tansu;
         if !blind {
             eprintln!(
-                "skipped on {}: its group descriptions carry assignments, so the watchdog reads \
-                 ownership from them and does not judge {what} from the log",
+                "{}'s group descriptions carry assignments, so the watchdog reads ownership from \
+                 them and does not judge {what} from the log",
                 self.kind.name()
             );
         }
