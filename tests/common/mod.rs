@@ -242,6 +242,9 @@ pub struct Scenario {
     pub expected: Vec<String>,
     /// Expected number of dead letters.
     pub expected_dead: usize,
+    /// Expected dead letters as (partition, offset, reason): `simulate`'s, at the offsets the
+    /// records are produced at (one partition's records in order, from offset 0).
+    pub expected_dead_letters: std::collections::BTreeSet<(i32, i64, String)>,
     /// Event time of the last record of each partition: windows ending by it are expected.
     pub cutoff: i64,
 }
@@ -396,11 +399,13 @@ impl Scenario {
                 json!({"user": user, "ts": cutoff, "amount": 0}).to_string(),
             ));
         }
-        let (expected, expected_dead) = simulate_expected(text, &records, cutoff);
+        let (expected, expected_dead_letters) = simulate_expected(text, &records, cutoff);
+        let expected_dead = expected_dead_letters.len();
         Scenario {
             records,
             expected,
             expected_dead,
+            expected_dead_letters,
             cutoff,
         }
     }
@@ -455,13 +460,13 @@ impl Scenario {
 }
 
 /// What `tidemark simulate` commits for `records` under pipeline `text`, run on each partition's
-/// records separately: the sorted pane lines of windows ending by `cutoff`, and the number of dead
-/// letters.
+/// records separately: the sorted pane lines of windows ending by `cutoff`, and the dead letters
+/// as (partition, offset, reason), a record's offset being its position in its partition.
 pub fn simulate_expected(
     text: &str,
     records: &[(i32, String, String)],
     cutoff: i64,
-) -> (Vec<String>, usize) {
+) -> (Vec<String>, std::collections::BTreeSet<(i32, i64, String)>) {
     let (spec, _) = tidemark::config::parse_raw(text, Vec::new())
         .unwrap()
         .validate()
@@ -470,10 +475,17 @@ pub fn simulate_expected(
     for (p, _, v) in records {
         per_partition.entry(*p).or_default().push(v.clone());
     }
-    let (mut expected, mut expected_dead) = (Vec::new(), 0);
-    for lines in per_partition.values() {
+    let (mut expected, mut expected_dead) = (Vec::new(), std::collections::BTreeSet::new());
+    for (p, lines) in &per_partition {
         let (panes, dead) = simulate_partition(&spec, lines);
-        expected_dead += dead.len();
+        for d in dead {
+            let offset = d["line"].as_i64().expect("a dead letter's line") - 1;
+            let reason = d["reason"].as_str().expect("a reason").to_string();
+            assert!(
+                expected_dead.insert((*p, offset, reason)),
+                "one dead letter per record"
+            );
+        }
         for l in panes {
             let v: serde_json::Value = serde_json::from_str(&l).unwrap();
             let end = v["window_end"].as_i64().unwrap();
@@ -761,10 +773,30 @@ pub fn assert_exactly_once(broker: &str, s: &Scenario) {
             extra.iter().take(3).collect::<Vec<_>>()
         );
     }
+    // Each expected dead letter once, with its reason, and no other.
+    let dead = tidemark::kafka::raw_log::read_topic(broker, "dead").unwrap();
+    let mut got_dead = std::collections::BTreeMap::new();
+    for r in &dead.committed {
+        let d = tidemark::format::dead_letter::DeadLetter::from_record(r).expect("a dead letter");
+        *got_dead
+            .entry((d.partition, d.offset, d.reason))
+            .or_insert(0) += 1;
+    }
+    let repeated: Vec<_> = got_dead.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        repeated.is_empty(),
+        "dead-lettered more than once: {repeated:?}"
+    );
+    let got_dead: std::collections::BTreeSet<_> = got_dead.into_keys().collect();
     assert_eq!(
-        committed_values(broker, "dead").len(),
-        s.expected_dead,
-        "dead letters"
+        got_dead, s.expected_dead_letters,
+        "dead letters as (partition, offset, reason)"
+    );
+    // Nothing is left in a transaction that never ended.
+    assert_eq!(
+        (log.open, dead.open),
+        (0, 0),
+        "records of open transactions in the output and dead-letter topics"
     );
 }
 

@@ -258,6 +258,7 @@ fn run_with_broker_stopped(
         records: records.to_vec(),
         expected: Vec::new(),
         expected_dead: 0,
+        expected_dead_letters: Default::default(),
         cutoff: s.cutoff,
     };
     let mut member = start_member_logged(&cfg, &dir.path().join("member-0.log"));

@@ -80,13 +80,24 @@ fn run_until(broker: &str, cfg: &Path, epoch: u64, n: usize) {
     );
 }
 
-fn dead_of_epoch(broker: &str, epoch: u64) -> usize {
-    tidemark::kafka::raw_log::read_topic(broker, "dead")
+/// The dead letters of replay epoch `epoch` as (partition, offset, reason); each once.
+fn dead_of_epoch(broker: &str, epoch: u64) -> std::collections::BTreeSet<(i32, i64, String)> {
+    let mut out = std::collections::BTreeSet::new();
+    for r in tidemark::kafka::raw_log::read_topic(broker, "dead")
         .unwrap()
         .committed
         .iter()
         .filter(|r| tidemark::format::epoch_of(r) == epoch)
-        .count()
+    {
+        let d = tidemark::format::dead_letter::DeadLetter::from_record(r).expect("a dead letter");
+        assert!(
+            out.insert((d.partition, d.offset, d.reason)),
+            "dead-lettered twice in epoch {epoch}: {}/{}",
+            d.partition,
+            d.offset
+        );
+    }
+    out
 }
 
 fn write_config(dir: &Path, name: &str, text: String) -> std::path::PathBuf {
@@ -264,7 +275,7 @@ fn replay_to_earliest_recomputes_everything_in_a_new_epoch_exactly_once() {
     // and epoch 1 equals simulate over the whole input, exactly once.
     run_until(&broker.addr, &cfg, 1, s.expected.len());
     assert_eq!(panes_of_epoch(&broker.addr, 1), s.expected);
-    assert_eq!(dead_of_epoch(&broker.addr, 1), s.expected_dead);
+    assert_eq!(dead_of_epoch(&broker.addr, 1), s.expected_dead_letters);
     let log = tidemark::kafka::raw_log::read_topic(&broker.addr, "panes").unwrap();
     let report = tidemark::audit::check_panes(&log.committed);
     assert!(report.duplicates.is_empty(), "{:?}", report.duplicates);
@@ -292,6 +303,7 @@ fn replay_by_time_by_duration_and_by_offsets_reprocess_exactly_the_records_after
         records: records.to_vec(),
         expected: Vec::new(),
         expected_dead: 0,
+        expected_dead_letters: Default::default(),
         cutoff: s.cutoff,
     };
     phase(a)
@@ -326,6 +338,10 @@ fn replay_by_time_by_duration_and_by_offsets_reprocess_exactly_the_records_after
     let (expected_b, dead_b) = simulate_expected(&text_cfg, b, s.cutoff);
     run_until(&broker.addr, &cfg, 1, expected_b.len());
     assert_eq!(panes_of_epoch(&broker.addr, 1), expected_b);
+    let dead_b: std::collections::BTreeSet<_> = dead_b
+        .into_iter()
+        .map(|(p, o, reason)| (p, o + in_a(p), reason))
+        .collect();
     assert_eq!(dead_of_epoch(&broker.addr, 1), dead_b);
 
     // By duration: the same moment, given as "now minus D" (D measured just before the call; the
