@@ -31,8 +31,8 @@
 //! nothing but the windowing core, so "run computes what simulate computes" holds by
 //! construction.
 
-use crate::state::store::StateStore;
 use crate::windowing::aggregate::Acc;
+use crate::windowing::backend::StateBackend;
 use crate::windowing::engine::{Admission, Engine, EngineError, Pane};
 use crate::windowing::spec::{EngineSpec, Event};
 use crate::windowing::watermark::{SourceWatermark, WatermarkSpec, WatermarkTracker};
@@ -242,9 +242,9 @@ impl Back {
     /// Opens `partition`'s engine from `store`; `sources` are the watermark sources it must hear
     /// from before its watermark can pass them. The watermark resumes from the one stored with
     /// the state, so replayed records are judged as they were the first time.
-    pub fn open<'a>(
+    pub fn open<'a, S: StateBackend + Clone + 'static>(
         spec: &EngineSpec,
-        store: &StateStore,
+        store: &S,
         partition: i32,
         sources: impl IntoIterator<Item = &'a str>,
     ) -> Result<Back, EngineError> {
@@ -337,9 +337,9 @@ impl Step {
     /// time `now`. Each source's watermark resumes from its report stored with the state; a
     /// single source also resumes from the engine's stored watermark (state written before
     /// sources were stored has only that).
-    pub fn open(
+    pub fn open<S: StateBackend + Clone + 'static>(
         spec: &EngineSpec,
-        store: &StateStore,
+        store: &S,
         partition: i32,
         sources: &[String],
         max_future_skew: Option<i64>,
@@ -367,9 +367,9 @@ impl Step {
 
     /// Opens `partition`'s engine again from `store`, with the fronts of its sources as they
     /// were (an abort puts back the fronts as of the last commit).
-    pub fn reopen(
+    pub fn reopen<S: StateBackend + Clone + 'static>(
         spec: &EngineSpec,
-        store: &StateStore,
+        store: &S,
         partition: i32,
         fronts: Vec<(String, Front)>,
     ) -> Result<Step, EngineError> {
@@ -475,9 +475,9 @@ impl Step {
 
     /// Opens `partition`'s engine alone, with no front: its sources report from elsewhere (the
     /// first stage of the hop, through the repartition topic).
-    pub fn open_back(
+    pub fn open_back<S: StateBackend + Clone + 'static>(
         spec: &EngineSpec,
-        store: &StateStore,
+        store: &S,
         partition: i32,
         sources: &[String],
     ) -> Result<Step, EngineError> {

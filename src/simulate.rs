@@ -31,8 +31,8 @@ use crate::input::avro::SchemaRegistry;
 use crate::input::decode::Decoder;
 use crate::input::{DecodeError, Meta};
 use crate::pipeline::{Decoded, Reason, Rejection, Step};
-use crate::state::store::StateStore;
 use crate::windowing::aggregate::AggSpec;
+use crate::windowing::backend::StateBackend;
 use crate::windowing::engine::{EngineError, Pane};
 use crate::windowing::time::MAX_ABS_TIMESTAMP;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -220,9 +220,9 @@ fn classify(
 }
 
 /// Runs `spec` over one input, writing panes to `panes` and dead letters to `dead_letters`.
-pub fn run(
+pub fn run<S: StateBackend + Clone + 'static>(
     spec: &PipelineSpec,
-    store: &StateStore,
+    store: &S,
     input: impl BufRead,
     panes: &mut dyn Write,
     dead_letters: &mut dyn Write,
@@ -238,9 +238,9 @@ pub fn run(
 
 /// Runs `spec` over several inputs read in turns, writing panes to `panes` and dead letters to
 /// `dead_letters`. Every record goes through the same [`Step`] as a record of `tidemark run`.
-pub fn run_inputs(
+pub fn run_inputs<S: StateBackend + Clone + 'static>(
     spec: &PipelineSpec,
-    store: &StateStore,
+    store: &S,
     mut inputs: Vec<Input<'_>>,
     panes: &mut dyn Write,
     dead_letters: &mut dyn Write,

@@ -48,7 +48,7 @@ const RESTORE_CHUNK: usize = 1_000;
 pub const STAMP_HEADER: &str = "tidemark.input_offset";
 
 /// Key of the offset marker record. State keys start with a tag byte of 1 or more
-/// ([`super::keys`]), so tag 0 never collides with one.
+/// ([`crate::windowing::keys`]), so tag 0 never collides with one.
 pub const OFFSET_MARKER_KEY: &[u8] = b"\x00tidemark.offset";
 
 /// Key of the reset marker that `tidemark replay` writes: state before it is ignored.

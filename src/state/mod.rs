@@ -1,10 +1,9 @@
-//! Window state in RocksDB: the generic layer under the engine's typed cache
-//! ([`crate::windowing::cache`]). Nothing here knows windows or aggregates.
+//! Window state in RocksDB: the store behind the windowing core's state seam
+//! ([`crate::windowing::backend::StateBackend`]). Nothing here knows windows or aggregates.
 //!
-//! * [`keys`] — order-preserving byte encodings of state keys.
-//! * [`store`] — the RocksDB instance, column families and stored offsets.
+//! * [`store`] — the RocksDB instance, column families and stored offsets, and its
+//!   implementation of the core's state seam.
 //! * [`changelog`] — changelog records and the restore rule.
 
 pub mod changelog;
-pub mod keys;
 pub mod store;

@@ -1,7 +1,7 @@
 //! The RocksDB instance: one per process, with column families per operator and input partition.
 //!
 //! Each partition of each stateful operator owns the column family `{operator}.p{partition}`; its
-//! entries are described in [`super::keys`]. The `meta` column family records, per partition, the
+//! entries are described in [`crate::windowing::keys`]. The `meta` column family records, per partition, the
 //! input offset and changelog offset that the state was flushed at (written in the same WriteBatch
 //! as the state, so they always agree), and the state's [`Lineage`]: the replay epoch and the
 //! pipeline fingerprint it was written under.
@@ -18,9 +18,12 @@
 //! column families fall back together to one earlier flush point, and the stored offsets say which.
 //! The Kafka changelog, not the local WAL, is what makes state durable.
 
+pub use crate::windowing::backend::StoredOffsets;
+use crate::windowing::backend::{BackendError, StateBackend, Visit};
+use crate::windowing::changes::Changes;
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamilyDescriptor, Options, WriteBatch, WriteBufferManager,
-    WriteOptions,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch,
+    WriteBufferManager, WriteOptions,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -60,13 +63,19 @@ pub enum StoreError {
     },
 }
 
-/// Offsets stored with a partition's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct StoredOffsets {
-    /// Next input offset to read (the state reflects every record before it).
-    pub input: Option<i64>,
-    /// Next changelog offset to read when restoring on top of this state.
-    pub changelog: Option<i64>,
+impl From<StoreError> for BackendError {
+    fn from(e: StoreError) -> BackendError {
+        match e {
+            StoreError::Corrupt { cf, detail } => BackendError::Corrupt { cf, detail },
+            other => BackendError::Store(Box::new(other)),
+        }
+    }
+}
+
+impl From<rocksdb::Error> for BackendError {
+    fn from(e: rocksdb::Error) -> BackendError {
+        StoreError::Rocks(e).into()
+    }
 }
 
 /// The process's RocksDB database.
@@ -206,7 +215,7 @@ impl StateStore {
 
     /// Column family name of an operator's partition.
     pub fn cf_name(operator: &str, partition: i32) -> String {
-        format!("{operator}.p{partition}")
+        crate::windowing::backend::partition_name(operator, partition)
     }
 
     /// Creates the column family if it does not exist.
@@ -363,6 +372,57 @@ impl StateStore {
 
 fn meta_key(cf: &str, what: &str) -> Vec<u8> {
     format!("{cf}/{what}").into_bytes()
+}
+
+/// The windowing core's partitions are column families; a flush is one WriteBatch with the
+/// partition's offsets in `meta`.
+impl StateBackend for StateStore {
+    fn ensure_partition(&self, cf: &str) -> Result<(), BackendError> {
+        Ok(self.ensure_cf(cf)?)
+    }
+
+    fn scan(&self, cf: &str, prefix: &[u8], f: &mut Visit<'_>) -> Result<(), BackendError> {
+        let handle = self
+            .db
+            .cf_handle(cf)
+            .ok_or_else(|| StoreError::MissingCf(cf.to_string()))?;
+        let mode = if prefix.is_empty() {
+            IteratorMode::Start
+        } else {
+            IteratorMode::From(prefix, Direction::Forward)
+        };
+        for item in self.db.iterator_cf(&handle, mode) {
+            let (k, v) = item?;
+            if !k.starts_with(prefix) || !f(&k, &v)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_changes(
+        &self,
+        cf: &str,
+        changes: &Changes,
+        offsets: Option<StoredOffsets>,
+    ) -> Result<(), BackendError> {
+        let handle = self
+            .db
+            .cf_handle(cf)
+            .ok_or_else(|| StoreError::MissingCf(cf.to_string()))?;
+        let mut batch = WriteBatch::default();
+        for (k, v) in changes.iter() {
+            match v {
+                Some(v) => batch.put_cf(&handle, k, v),
+                None => batch.delete_cf(&handle, k),
+            }
+        }
+        if let Some(o) = offsets {
+            self.put_offsets(&mut batch, cf, o)?;
+        }
+        drop(handle);
+        Ok(self.write(batch)?)
+    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
-//! A partition's window state: a typed write-back cache over one RocksDB column family, plus the
-//! timer indexes that drive firing.
+//! A partition's window state: a typed write-back cache over one partition of the state store
+//! ([`super::backend`]), plus the timer indexes that drive firing.
 //!
 //! Per-event updates change [`KeyState`]s in memory and mark the touched entries dirty. A flush
 //! ([`PartitionState::take_changes`] then [`PartitionState::write`]) turns the dirty entries into
 //! one list of changes — the full current value of every changed entry, or a tombstone — which is
-//! both the RocksDB WriteBatch and the changelog. Nothing reaches RocksDB between flushes. What
+//! both the store's batch and the changelog. Nothing reaches the store between flushes. What
 //! the entries look like is [`super::entry`]'s business; which timers a loaded key needs is
 //! [`super::rules`]'.
 //!
@@ -12,15 +12,14 @@
 //! partition is opened, so they are never written to RocksDB or the changelog.
 
 use super::aggregate::AggSpec;
+use super::backend::{partition_name, BackendError, StateBackend, StoredOffsets};
 use super::changes::Changes;
 use super::entry::{self, StateKey, TAG_CURSOR, TAG_SESSION, TAG_SLICE, TAG_WINDOW};
 use super::keystate::KeyState;
 use super::rules::Rules;
 use super::timers::Timers;
 use super::watermark::Valve;
-use crate::state::store::{StateStore, StoreError, StoredOffsets};
 use compact_str::CompactString;
-use rocksdb::{Direction, IteratorMode, WriteBatch};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
@@ -29,7 +28,7 @@ pub const DEFAULT_CACHE_KEYS: usize = 2_000_000;
 
 /// The write-back cache and timer indexes of one operator partition.
 pub struct PartitionState {
-    store: StateStore,
+    store: Arc<dyn StateBackend>,
     cf: String,
     /// Keys up to 24 bytes are stored inline, so a lookup compares within the table instead of
     /// following a pointer to the heap (a cache miss per event with many keys).
@@ -65,21 +64,21 @@ impl std::fmt::Debug for PartitionState {
 }
 
 impl PartitionState {
-    /// Opens operator `operator`'s partition `partition`: loads its column family into memory (up to
-    /// `max_keys` keys) and rebuilds the timer indexes.
+    /// Opens operator `operator`'s partition `partition` in `store`: loads its entries into memory
+    /// (up to `max_keys` keys) and rebuilds the timer indexes.
     pub fn open(
-        store: &StateStore,
+        store: Arc<dyn StateBackend>,
         operator: &str,
         partition: i32,
         max_keys: usize,
         rules: &Rules,
         idle_timeout: Option<i64>,
         aggs: Arc<[AggSpec]>,
-    ) -> Result<PartitionState, StoreError> {
-        let cf = StateStore::cf_name(operator, partition);
-        store.ensure_cf(&cf)?;
+    ) -> Result<PartitionState, BackendError> {
+        let cf = partition_name(operator, partition);
+        store.ensure_partition(&cf)?;
         let mut st = PartitionState {
-            store: store.clone(),
+            store,
             cf,
             keys: FxHashMap::default(),
             dirty_keys: Vec::new(),
@@ -98,61 +97,21 @@ impl PartitionState {
         Ok(st)
     }
 
-    fn corrupt(&self, detail: impl Into<String>) -> StoreError {
-        StoreError::Corrupt {
+    fn corrupt(&self, detail: impl Into<String>) -> BackendError {
+        BackendError::Corrupt {
             cf: self.cf.clone(),
             detail: detail.into(),
         }
     }
 
-    fn load_all(&mut self, rules: &Rules) -> Result<(), StoreError> {
-        let db = self.store.db();
-        let handle = db
-            .cf_handle(&self.cf)
-            .ok_or_else(|| StoreError::MissingCf(self.cf.clone()))?;
+    fn load_all(&mut self, rules: &Rules) -> Result<(), BackendError> {
         // Keys whose state was not kept in memory still need their timers: gather them per key.
         let mut partial: FxHashMap<String, KeyState> = FxHashMap::default();
-        for item in db.iterator_cf(&handle, IteratorMode::Start) {
-            let (k, v) = item?;
-            let decoded = entry::decode_state_key(&k).map_err(|e| self.corrupt(e.to_string()))?;
-            let key = match &decoded {
-                StateKey::Window { key, .. }
-                | StateKey::Session { key, .. }
-                | StateKey::Slice { key, .. }
-                | StateKey::Cursor { key } => key.clone(),
-                StateKey::Watermark => {
-                    let wm = entry::get_watermark(&v).ok_or_else(|| StoreError::Corrupt {
-                        cf: self.cf.clone(),
-                        detail: "watermark value".into(),
-                    })?;
-                    self.watermark = Some(wm);
-                    continue;
-                }
-                StateKey::Source { name } => {
-                    let report = entry::get_source(&v).ok_or_else(|| StoreError::Corrupt {
-                        cf: self.cf.clone(),
-                        detail: format!("watermark source {name:?}"),
-                    })?;
-                    self.sources.load(name, report);
-                    continue;
-                }
-            };
-            let in_memory = self.keys.contains_key(key.as_str()) || self.keys.len() < self.max_keys;
-            if !in_memory {
-                self.complete = false;
-            }
-            let ks = if in_memory {
-                self.keys.entry(CompactString::from(key)).or_default()
-            } else {
-                partial.entry(key).or_default()
-            };
-            entry::apply_entry(ks, decoded, &v, self.sessions, &self.aggs).ok_or_else(|| {
-                StoreError::Corrupt {
-                    cf: self.cf.clone(),
-                    detail: "undecodable value".into(),
-                }
-            })?;
-        }
+        let (store, cf) = (self.store.clone(), self.cf.clone());
+        store.scan(&cf, &[], &mut |k, v| {
+            self.load_entry(k, v, &mut partial)?;
+            Ok(true)
+        })?;
         // Sessions in the older format are rewritten by the next flush (a key loaded later, on a
         // miss, is listed by `key_mut`).
         if self.sessions {
@@ -182,6 +141,49 @@ impl PartitionState {
         Ok(())
     }
 
+    /// Takes one stored entry into the key states in memory, or into `partial` (keys past the
+    /// cache's size, kept only for their timers), or into the watermark and its sources.
+    fn load_entry(
+        &mut self,
+        k: &[u8],
+        v: &[u8],
+        partial: &mut FxHashMap<String, KeyState>,
+    ) -> Result<(), BackendError> {
+        let decoded = entry::decode_state_key(k).map_err(|e| self.corrupt(e.to_string()))?;
+        let key = match &decoded {
+            StateKey::Window { key, .. }
+            | StateKey::Session { key, .. }
+            | StateKey::Slice { key, .. }
+            | StateKey::Cursor { key } => key.clone(),
+            StateKey::Watermark => {
+                let wm = entry::get_watermark(v).ok_or_else(|| self.corrupt("watermark value"))?;
+                self.watermark = Some(wm);
+                return Ok(());
+            }
+            StateKey::Source { name } => {
+                let report = entry::get_source(v)
+                    .ok_or_else(|| self.corrupt(format!("watermark source {name:?}")))?;
+                self.sources.load(name, report);
+                return Ok(());
+            }
+        };
+        let in_memory = self.keys.contains_key(key.as_str()) || self.keys.len() < self.max_keys;
+        if !in_memory {
+            self.complete = false;
+        }
+        let ks = if in_memory {
+            self.keys.entry(CompactString::from(key)).or_default()
+        } else {
+            partial.entry(key).or_default()
+        };
+        entry::apply_entry(ks, decoded, v, self.sessions, &self.aggs).ok_or_else(|| {
+            BackendError::Corrupt {
+                cf: self.cf.clone(),
+                detail: "undecodable value".into(),
+            }
+        })
+    }
+
     /// The watermark stored with this partition's state, if any.
     pub fn stored_watermark(&self) -> Option<i64> {
         self.watermark
@@ -200,11 +202,6 @@ impl PartitionState {
         &self.cf
     }
 
-    /// The store this partition lives in.
-    pub fn store(&self) -> &StateStore {
-        &self.store
-    }
-
     /// Number of keys held in memory.
     pub fn cached_keys(&self) -> usize {
         self.keys.len()
@@ -215,8 +212,8 @@ impl PartitionState {
         self.timers.len()
     }
 
-    /// The state of `key`, loading it from RocksDB on a miss; marks the key dirty.
-    pub fn key_mut(&mut self, key: &str, rules: &Rules) -> Result<&mut KeyState, StoreError> {
+    /// The state of `key`, loading it from the store on a miss; marks the key dirty.
+    pub fn key_mut(&mut self, key: &str, rules: &Rules) -> Result<&mut KeyState, BackendError> {
         if !self.keys.contains_key(key) {
             let ks = if self.complete {
                 KeyState::default()
@@ -233,24 +230,17 @@ impl PartitionState {
         Ok(ks)
     }
 
-    fn load_key(&self, key: &str, rules: &Rules) -> Result<KeyState, StoreError> {
-        let db = self.store.db();
-        let handle = db
-            .cf_handle(&self.cf)
-            .ok_or_else(|| StoreError::MissingCf(self.cf.clone()))?;
+    fn load_key(&self, key: &str, rules: &Rules) -> Result<KeyState, BackendError> {
         let mut ks = KeyState::default();
         for tag in [TAG_WINDOW, TAG_SLICE, TAG_CURSOR, TAG_SESSION] {
             let prefix = entry::key_prefix(tag, key);
-            for item in db.iterator_cf(&handle, IteratorMode::From(&prefix, Direction::Forward)) {
-                let (k, v) = item?;
-                if !k.starts_with(&prefix) {
-                    break;
-                }
+            self.store.scan(&self.cf, &prefix, &mut |k, v| {
                 let decoded =
-                    entry::decode_state_key(&k).map_err(|e| self.corrupt(e.to_string()))?;
-                entry::apply_entry(&mut ks, decoded, &v, self.sessions, &self.aggs)
+                    entry::decode_state_key(k).map_err(|e| self.corrupt(e.to_string()))?;
+                entry::apply_entry(&mut ks, decoded, v, self.sessions, &self.aggs)
                     .ok_or_else(|| self.corrupt("undecodable value"))?;
-            }
+                Ok(true)
+            })?;
         }
         rules.restore_key(&mut ks, self.flushed_watermark);
         // A loaded cursor's timer is already in the index, computed from this same stored state.
@@ -321,29 +311,14 @@ impl PartitionState {
         changes
     }
 
-    /// Writes changes (and optionally the partition's offsets) to RocksDB in one WriteBatch, then
-    /// evicts clean keys if the cache has grown past its limit.
+    /// Writes changes (and optionally the partition's offsets) to the store in one atomic batch,
+    /// then evicts clean keys if the cache has grown past its limit.
     pub fn write(
         &mut self,
         changes: &Changes,
         offsets: Option<StoredOffsets>,
-    ) -> Result<(), StoreError> {
-        let db = self.store.db();
-        let handle = db
-            .cf_handle(&self.cf)
-            .ok_or_else(|| StoreError::MissingCf(self.cf.clone()))?;
-        let mut batch = WriteBatch::default();
-        for (k, v) in changes.iter() {
-            match v {
-                Some(v) => batch.put_cf(&handle, k, v),
-                None => batch.delete_cf(&handle, k),
-            }
-        }
-        if let Some(o) = offsets {
-            self.store.put_offsets(&mut batch, &self.cf, o)?;
-        }
-        drop(handle);
-        self.store.write(batch)?;
+    ) -> Result<(), BackendError> {
+        self.store.write_changes(&self.cf, changes, offsets)?;
         if self.keys.len() > self.max_keys && self.dirty_keys.is_empty() {
             self.keys.clear();
             self.complete = false;

@@ -1,5 +1,5 @@
 //! The changes of one flush: the full current value or a tombstone of every changed state entry,
-//! sorted by encoded key. The same list is the RocksDB WriteBatch and the changelog.
+//! sorted by encoded key. The same list is the store's batch and the changelog.
 
 /// One change inside [`Changes`]: byte ranges of its key and value in the shared buffer.
 #[derive(Debug, Clone, Copy)]

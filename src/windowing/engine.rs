@@ -16,6 +16,7 @@
 
 use super::aggregate::{retractable, Acc, AggSpec, Output, Value};
 use super::assigner::{SliceGrid, Window, WindowKind};
+use super::backend::{BackendError, StateBackend, StoredOffsets};
 use super::cache::PartitionState;
 use super::changes::Changes;
 use super::keystate::{Cursor, KeyState, WinState};
@@ -25,7 +26,6 @@ use super::spec::{EngineSpec, Event};
 use super::timers::TimerKind;
 use super::trigger::{Accumulation, LateFiring, Timing, TriggerSpec};
 use super::watermark::SourceWatermark;
-use crate::state::store::{StateStore, StoreError, StoredOffsets};
 use compact_str::CompactString;
 use sha2::{Digest, Sha256};
 use smallvec::SmallVec;
@@ -107,7 +107,7 @@ pub enum Admission {
 pub enum EngineError {
     /// The state store failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] BackendError),
     /// A partial was handed to an engine whose windows cannot take one (sessions).
     #[error("a partial aggregate cannot be merged into {0} windows")]
     PartialNotMergeable(&'static str),
@@ -289,9 +289,9 @@ fn add(st: &mut WinState, aggs: &[AggSpec], el: Element<'_>, ts: i64, acc: Accum
 
 impl Engine {
     /// Opens the engine for `partition`, restoring its state from `store`.
-    pub fn open(
+    pub fn open<S: StateBackend + Clone + 'static>(
         spec: &EngineSpec,
-        store: &StateStore,
+        store: &S,
         partition: i32,
     ) -> Result<Engine, EngineError> {
         Self::open_with_layout(
@@ -304,9 +304,9 @@ impl Engine {
     }
 
     /// Opens the engine with an explicit layout and cache size (benchmarks compare layouts).
-    pub fn open_with_layout(
+    pub fn open_with_layout<S: StateBackend + Clone + 'static>(
         spec: &EngineSpec,
-        store: &StateStore,
+        store: &S,
         partition: i32,
         layout: Layout,
         cache_keys: usize,
@@ -318,7 +318,7 @@ impl Engine {
             lateness: spec.allowed_lateness,
         };
         let state = PartitionState::open(
-            store,
+            Arc::new(store.clone()),
             WINDOW_OPERATOR,
             partition,
             cache_keys,
@@ -383,7 +383,7 @@ impl Engine {
         self.state.take_changes()
     }
 
-    /// Writes changes, with optional offsets, to RocksDB in one WriteBatch.
+    /// Writes changes, with optional offsets, to the store in one atomic batch.
     pub fn write_changes(
         &mut self,
         changes: &Changes,

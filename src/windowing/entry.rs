@@ -3,7 +3,7 @@
 //! entries at a flush, and how entries become a key's state again on load.
 //!
 //! Every entry starts with a one-byte tag. Times are sign-flipped big-endian and grouping keys
-//! length-prefixed ([`crate::state::keys`]), so byte order is numeric order and all entries of one
+//! length-prefixed ([`super::keys`]), so byte order is numeric order and all entries of one
 //! key and tag form one range.
 //!
 //! | tag | key | value |
@@ -17,14 +17,14 @@
 //!
 //! Sessions of earlier versions were stored as tag 1 (end in the key); they still load, and the
 //! next flush rewrites them as tag 5 and deletes the old entries. Tag 0 is never a state key: the
-//! changelog's markers use it ([`crate::state::changelog`]).
+//! changelog's markers use it.
 
 use super::aggregate::{value, Acc, AggSpec};
 use super::assigner::Window;
 use super::changes::Changes;
+use super::keys::{get_key, get_time, put_key, put_time};
 use super::keystate::{Cursor, KeyState, WinState};
 use super::watermark::SourceWatermark;
-use crate::state::keys::{get_key, get_time, put_key, put_time};
 use std::collections::BTreeMap;
 
 /// Tag of a per-window entry: `tag | key | start | end`.
@@ -54,7 +54,7 @@ pub enum KeyDecodeError {
     UnknownTag(u8),
     /// A time or grouping key inside does not decode.
     #[error(transparent)]
-    Encoding(#[from] crate::state::keys::KeyDecodeError),
+    Encoding(#[from] super::keys::KeyDecodeError),
     /// Bytes were left over after decoding.
     #[error("state key has trailing bytes")]
     Trailing,

@@ -12,7 +12,10 @@
 //!   changed since the last flush;
 //! * [`entry`] — the saved format of that state: entry keys and values, key state to entries and
 //!   back;
-//! * [`changes`] — the changes of one flush (the RocksDB WriteBatch and the changelog);
+//! * [`changes`] — the changes of one flush (the store's batch and the changelog);
+//! * [`keys`] — order-preserving byte encodings of the grouping key and times in entry keys;
+//! * [`backend`] — the seam to storage ([`backend::StateBackend`]): what the cache asks of the
+//!   store its partitions live in;
 //! * [`rules`] — the timers a key's state needs, and the arithmetic of sliced sliding windows;
 //! * [`timers`] — the event-time and processing-time timer indexes;
 //! * [`cache`] — a partition's typed write-back cache of key states over the state store, with
@@ -26,11 +29,13 @@
 
 pub mod aggregate;
 pub mod assigner;
+pub mod backend;
 pub mod cache;
 pub mod changes;
 pub mod engine;
 pub mod entry;
 pub mod fold;
+pub mod keys;
 pub mod keystate;
 pub mod rules;
 pub mod spec;

@@ -3,7 +3,7 @@
 //! * session results do not depend on arrival order once the watermark has passed, and equal a
 //!   reference computed by sorting;
 //! * state flushed, closed and reopened (with a tiny cache, so keys are evicted and reloaded) gives
-//!   the same panes as an uninterrupted run;
+//!   the same panes as an uninterrupted run, on RocksDB and on the core's in-memory store;
 //! * no input line makes `simulate` fail or panic;
 //! * with any trigger (counts, processing-time delays, late firings) and window kind, no accepted
 //!   element ends in zero panes: every element accepted is in the panes once the input ends;
@@ -16,6 +16,7 @@ use tidemark::input::Event;
 use tidemark::state::store::StateStore;
 use tidemark::windowing::aggregate::{Output, Value};
 use tidemark::windowing::assigner::SliceGrid;
+use tidemark::windowing::backend::{MemoryBackend, StateBackend};
 use tidemark::windowing::engine::{Admission, Engine, Layout, Pane};
 use tidemark::windowing::trigger::Timing;
 
@@ -126,6 +127,48 @@ fn open(spec: &PipelineSpec, layout: Layout, cache: usize) -> (tempfile::TempDir
     let store = StateStore::open(dir.path()).unwrap();
     let engine = Engine::open_with_layout(&spec.engine, &store, 0, layout, cache).unwrap();
     (dir, engine)
+}
+
+/// Runs `ops`, flushing after each and closing and reopening the engine (with a 1-key cache, so
+/// keys are evicted and reloaded) every `cut_every` ops on the store `store` gives; the panes.
+fn reopening<S: StateBackend + Clone + 'static>(
+    s: &PipelineSpec,
+    layout: Layout,
+    ops: &[Op],
+    cut_every: usize,
+    store: impl Fn() -> S,
+) -> Vec<Pane> {
+    let mut got = Vec::new();
+    let (mut wm, mut now) = (i64::MIN, 0);
+    for chunk in ops.chunks(cut_every) {
+        let mut e = Engine::open_with_layout(&s.engine, &store(), 0, layout, 1).unwrap();
+        e.advance_watermark(wm).unwrap();
+        e.advance_processing_time(now).unwrap();
+        assert!(e.take_panes().is_empty(), "reopening fired panes");
+        for op in chunk {
+            match *op {
+                Op::Event { key, ts, v } => {
+                    let values = vec![Value::Float(v as f64)];
+                    e.process(&Event {
+                        key: format!("k{key}"),
+                        ts,
+                        values,
+                    })
+                    .unwrap();
+                }
+                Op::Watermark(w) => e.advance_watermark(w).unwrap(),
+                Op::Proc(d) => e.advance_processing_time(e.processing_time() + d).unwrap(),
+            }
+            got.extend(e.take_panes());
+            e.flush().unwrap();
+        }
+        (wm, now) = (e.watermark(), e.processing_time());
+    }
+    let mut e = Engine::open_with_layout(&s.engine, &store(), 0, layout, 1).unwrap();
+    e.advance_watermark(wm).unwrap();
+    e.finish().unwrap();
+    got.extend(e.take_panes());
+    got
 }
 
 proptest! {
@@ -240,35 +283,13 @@ proptest! {
         let (_d1, mut straight) = open(&s, layout, 1 << 20);
         let want = drive(&mut straight, &ops);
 
-        // Same ops, but flush, close and reopen every `cut_every` ops with a 1-key cache.
+        // Same ops, but flush, close and reopen every `cut_every` ops with a 1-key cache, on
+        // RocksDB and on the core's in-memory store.
         let dir = tempfile::tempdir().unwrap();
-        let mut got = Vec::new();
-        let (mut wm, mut now) = (i64::MIN, 0);
-        for chunk in ops.chunks(cut_every) {
-            let store = StateStore::open(dir.path()).unwrap();
-            let mut e = Engine::open_with_layout(&s.engine, &store, 0, layout, 1).unwrap();
-            e.advance_watermark(wm).unwrap();
-            e.advance_processing_time(now).unwrap();
-            prop_assert!(e.take_panes().is_empty(), "reopening fired panes");
-            for op in chunk {
-                match *op {
-                    Op::Event { key, ts, v } => {
-                        e.process(&Event { key: format!("k{key}"), ts, values: vec![Value::Float(v as f64)] }).unwrap();
-                    }
-                    Op::Watermark(w) => e.advance_watermark(w).unwrap(),
-                    Op::Proc(d) => e.advance_processing_time(e.processing_time() + d).unwrap(),
-                }
-                got.extend(e.take_panes());
-                e.flush().unwrap();
-            }
-            (wm, now) = (e.watermark(), e.processing_time());
-        }
-        let store = StateStore::open(dir.path()).unwrap();
-        let mut e = Engine::open_with_layout(&s.engine, &store, 0, layout, 1).unwrap();
-        e.advance_watermark(wm).unwrap();
-        e.finish().unwrap();
-        got.extend(e.take_panes());
-        prop_assert_eq!(got, want);
+        let on_disk = reopening(&s, layout, &ops, cut_every, || StateStore::open(dir.path()).unwrap());
+        prop_assert_eq!(on_disk, want.clone());
+        let memory = MemoryBackend::new();
+        prop_assert_eq!(reopening(&s, layout, &ops, cut_every, || memory.clone()), want);
     }
 
     #[test]

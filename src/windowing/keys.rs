@@ -8,7 +8,7 @@
 //!   before positive ones and the byte order equals the numeric order.
 //!
 //! What the entries are (their tags, keys and values) is the operator's business: the windowing
-//! operator's format is in [`crate::windowing::entry`]. This layer only requires that every state
+//! operator's format is in [`super::entry`]. This layer only requires that every state
 //! key starts with a tag byte from 1 to 254 (tag 0 is the changelog's markers').
 
 /// Why a stored key could not be decoded.
