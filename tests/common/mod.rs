@@ -507,11 +507,20 @@ pub fn simulate_partition(
     spec: &tidemark::config::PipelineSpec,
     lines: &[String],
 ) -> (Vec<String>, Vec<serde_json::Value>) {
+    simulate_bytes(spec, lines.join("\n").as_bytes())
+}
+
+/// Runs `tidemark simulate` over `input` (lines of records, any bytes): the pane lines and the
+/// dead letters as JSON. Fails the test if the input stops simulate.
+pub fn simulate_bytes(
+    spec: &tidemark::config::PipelineSpec,
+    input: &[u8],
+) -> (Vec<String>, Vec<serde_json::Value>) {
     let tmp = tempfile::tempdir().unwrap();
     let store = tidemark::state::store::StateStore::open(tmp.path()).unwrap();
     let (mut panes, mut dead) = (Vec::new(), Vec::new());
-    let input = lines.join("\n");
-    tidemark::simulate::run(spec, &store, input.as_bytes(), &mut panes, &mut dead).unwrap();
+    tidemark::simulate::run(spec, &store, input, &mut panes, &mut dead)
+        .expect("no input line may stop simulate");
     let panes = String::from_utf8(panes)
         .unwrap()
         .lines()

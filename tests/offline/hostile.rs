@@ -187,16 +187,7 @@ fn simulate(text: &str, input: &[u8]) -> Vec<Value> {
         .unwrap()
         .validate()
         .unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tidemark::state::store::StateStore::open(tmp.path()).unwrap();
-    let (mut panes, mut dead) = (Vec::new(), Vec::new());
-    tidemark::simulate::run(&spec, &store, input, &mut panes, &mut dead)
-        .expect("no input line may stop simulate");
-    String::from_utf8(dead)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    crate::common::simulate_bytes(&spec, input).1
 }
 
 proptest! {
@@ -384,15 +375,11 @@ fn event_times_in_seconds_are_read_as_the_unit_says() {
         .unwrap()
         .validate()
         .unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tidemark::state::store::StateStore::open(tmp.path()).unwrap();
     let input = "{\"user\":\"u\",\"ts\":1765000000,\"amount\":1,\"page\":\"a\"}\n\
                  {\"user\":\"u\",\"ts\":1765000100,\"amount\":2,\"page\":\"b\"}\n";
-    let (mut panes, mut dead) = (Vec::new(), Vec::new());
-    tidemark::simulate::run(&spec, &store, input.as_bytes(), &mut panes, &mut dead).unwrap();
-    let panes = String::from_utf8(panes).unwrap();
-    let first: Value = serde_json::from_str(panes.lines().next().expect("a pane")).unwrap();
-    assert_eq!(first["window_start"], 1_765_000_000_000i64, "{panes}");
+    let (panes, dead) = crate::common::simulate_bytes(&spec, input.as_bytes());
+    let first: Value = serde_json::from_str(panes.first().expect("a pane")).unwrap();
+    assert_eq!(first["window_start"], 1_765_000_000_000i64, "{panes:?}");
     assert!(dead.is_empty());
     let bad = tidemark::config::parse_raw(&text.replace("= \"s\"", "= \"sec\""), Vec::new())
         .unwrap()

@@ -30,19 +30,7 @@ fn simulate(input: &[u8]) -> (Vec<String>, Vec<serde_json::Value>) {
         .unwrap()
         .validate()
         .unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tidemark::state::store::StateStore::open(tmp.path()).unwrap();
-    let (mut panes, mut dead) = (Vec::new(), Vec::new());
-    tidemark::simulate::run(&spec, &store, input, &mut panes, &mut dead)
-        .expect("no input line may stop simulate");
-    let panes = String::from_utf8(panes).unwrap();
-    let dead = String::from_utf8(dead).unwrap();
-    (
-        panes.lines().map(str::to_string).collect(),
-        dead.lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect(),
-    )
+    crate::common::simulate_bytes(&spec, input)
 }
 
 /// A line of arbitrary bytes without a newline, with at least one byte that never occurs in UTF-8
