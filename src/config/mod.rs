@@ -558,7 +558,7 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The file is not TOML, or a key is unknown or of the wrong type.
+    /// The file is not TOML, or an environment override does not apply.
     #[error("{0}")]
     Parse(String),
     /// The configuration parsed but breaks rules; every violation is listed.
@@ -591,8 +591,135 @@ pub fn parse_raw(
     for (name, value) in overrides {
         apply_override(&mut tree, &name, &value)?;
     }
-    RawConfig::deserialize(toml::Value::Table(tree))
-        .map_err(|e| ConfigError::Parse(format!("configuration: {e}")))
+    deserialize_all(tree)
+}
+
+/// The most unknown keys reported at once (each is taken out of the tree and the file read
+/// again, so the loop is bounded).
+const MAX_UNKNOWN_KEYS: usize = 50;
+
+/// Deserializes the tree, reporting every unknown key at once (each with the key it most likely
+/// meant) rather than stopping at the first, as serde's `deny_unknown_fields` does: each unknown
+/// key is noted and taken out, and the tree read again. A value of the wrong type or an unknown
+/// variant ends the search (it cannot be taken out without changing what the rest means).
+fn deserialize_all(mut tree: toml::Table) -> Result<RawConfig, ConfigError> {
+    let mut problems = Vec::new();
+    loop {
+        let de = toml::Value::Table(tree.clone());
+        let err = match serde_path_to_error::deserialize::<_, RawConfig>(de) {
+            Ok(raw) if problems.is_empty() => return Ok(raw),
+            Ok(_) => break,
+            Err(e) => e,
+        };
+        let mut path: Vec<String> = err
+            .path()
+            .iter()
+            .map(|seg| match seg {
+                serde_path_to_error::Segment::Seq { index } => format!("[{index}]"),
+                other => other.to_string(),
+            })
+            .collect();
+        // The path is named apart; the deserializer's own "in `...`" line is left out.
+        let message = err.inner().to_string();
+        let message = message.lines().next().unwrap_or_default().to_string();
+        let Some((unknown, expected)) = unknown_of(&message, "field") else {
+            let message = match unknown_of(&message, "variant") {
+                Some((got, expected)) => {
+                    with_suggestion(format!("unknown value {got:?}"), &got, &expected)
+                }
+                None => message,
+            };
+            problems.push(Violation {
+                field: dotted(&path),
+                message,
+            });
+            break;
+        };
+        if path.last() != Some(&unknown) {
+            path.push(unknown.clone());
+        }
+        problems.push(Violation {
+            field: dotted(&path),
+            message: with_suggestion("unknown key".to_string(), &unknown, &expected),
+        });
+        if problems.len() >= MAX_UNKNOWN_KEYS || !remove_at(&mut tree, &path) {
+            break;
+        }
+    }
+    Err(ConfigError::Invalid(problems))
+}
+
+/// From serde's "unknown field `x`, expected one of `a`, `b`" (or "unknown variant"): the name
+/// and the names expected.
+fn unknown_of(message: &str, what: &str) -> Option<(String, Vec<String>)> {
+    let rest = message.strip_prefix(&format!("unknown {what} `"))?;
+    let (name, rest) = rest.split_once('`')?;
+    // The TOML deserializer adds where it was on a line of its own: "\nin `window.type`".
+    let rest = rest.lines().next().unwrap_or(rest);
+    let expected = rest
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect();
+    Some((name.to_string(), expected))
+}
+
+/// `message`, with the expected name closest to `got` suggested when one is close.
+fn with_suggestion(message: String, got: &str, expected: &[String]) -> String {
+    let closest = expected
+        .iter()
+        .map(|e| (strsim::damerau_levenshtein(got, e), e))
+        .filter(|(d, e)| *d <= 2.max(e.len() / 4))
+        .min();
+    match closest {
+        Some((_, e)) => format!("{message}; did you mean {e:?}?"),
+        None if expected.is_empty() => message,
+        None => {
+            let names: Vec<String> = expected.iter().map(|e| format!("`{e}`")).collect();
+            format!("{message} (expected one of {})", names.join(", "))
+        }
+    }
+}
+
+/// A path of keys and `[i]` indexes, as violations name fields.
+fn dotted(path: &[String]) -> String {
+    let mut out = String::new();
+    for seg in path {
+        if !out.is_empty() && !seg.starts_with('[') {
+            out.push('.');
+        }
+        out.push_str(seg);
+    }
+    if out.is_empty() {
+        out.push_str("(top level)");
+    }
+    out
+}
+
+/// Removes the key at `path` (keys and `[i]` indexes) from `table`; whether it was there.
+fn remove_at(table: &mut toml::Table, path: &[String]) -> bool {
+    match path {
+        [] => false,
+        [last] => table.remove(last.as_str()).is_some(),
+        [first, rest @ ..] => table
+            .get_mut(first.as_str())
+            .is_some_and(|v| remove_in(v, rest)),
+    }
+}
+
+/// [`remove_at`] below a value: a table's key, or an array's element by `[i]`.
+fn remove_in(v: &mut toml::Value, path: &[String]) -> bool {
+    match (v, path.split_first()) {
+        (toml::Value::Table(t), _) => remove_at(t, path),
+        (toml::Value::Array(items), Some((seg, rest))) => seg
+            .strip_prefix('[')
+            .and_then(|s| s.strip_suffix(']'))
+            .and_then(|i| i.parse::<usize>().ok())
+            .and_then(|i| items.get_mut(i))
+            .is_some_and(|item| remove_in(item, rest)),
+        _ => false,
+    }
 }
 
 /// Loads, validates and returns the pipeline with its warnings; sink sections are checked by

@@ -649,3 +649,24 @@ precision = 40
     }
     assert_eq!(err.len(), 6, "{joined}");
 }
+
+#[test]
+fn every_unknown_key_is_listed_at_once_with_the_key_it_meant() {
+    let text = GOOD
+        .replace("[window]\n", "[window]\nsizee = \"1m\"\n")
+        .replace("[input]\n", "[input]\ntimestmap_unit = \"s\"\n");
+    let text = format!("alowed_lateness = \"1m\"\ncolour = \"blue\"\n{text}");
+    let err = parse_raw(&text, no_env()).unwrap_err().to_string();
+    for said in [
+        "alowed_lateness: unknown key; did you mean \"allowed_lateness\"?",
+        "colour: unknown key (expected one of",
+        "input.timestmap_unit: unknown key; did you mean \"timestamp_unit\"?",
+        "sizee: unknown key; did you mean \"size\"?",
+    ] {
+        assert!(err.contains(said), "{said:?} missing from:\n{err}");
+    }
+    // A value of an unknown variant is named with the closest one.
+    let text = GOOD.replace("type = \"sliding\"", "type = \"slidng\"");
+    let err = parse_raw(&text, no_env()).unwrap_err().to_string();
+    assert!(err.contains("did you mean \"sliding\"?"), "{err}");
+}
