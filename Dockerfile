@@ -7,6 +7,7 @@ RUN apt-get update \
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src src
+COPY crates crates
 COPY schemas schemas
 COPY benches benches
 RUN cargo build --release --locked --bin tidemark

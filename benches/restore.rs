@@ -1,7 +1,7 @@
 //! Changelog restore throughput: a changelog partition of N state records (default 1,000,000,
 //! `TIDEMARK_BENCH_RECORDS`) is written to a local Tansu broker in committed transactions of
 //! 10,000 records, each with its offset marker, as `tidemark run` writes them; then
-//! `state::changelog::restore` rebuilds an empty local store from it three times. Prints records/s
+//! `changelog::restore` rebuilds an empty local store from it three times. Prints records/s
 //! and MB/s (keys + values) per restore and the median.
 //!
 //!   cargo bench --bench restore
@@ -13,7 +13,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use std::time::{Duration, Instant};
-use tidemark::state::changelog::{restore, OpenPolicy, OFFSET_MARKER_KEY, STAMP_HEADER};
+use tidemark::changelog::{restore, OpenPolicy, OFFSET_MARKER_KEY, STAMP_HEADER};
 use tidemark::state::store::StateStore;
 
 const TXN: usize = 10_000;

@@ -9,10 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
-echo "== cargo fmt --check"
-cargo fmt --check
-echo "== cargo clippy (release, all targets, -D warnings)"
-cargo clippy --release --all-targets -- -D warnings
+echo "== cargo fmt --all --check"
+cargo fmt --all --check
+echo "== cargo clippy (release, every crate, all targets, -D warnings)"
+cargo clippy --workspace --release --all-targets -- -D warnings
 # Tests that apply to one broker only. Each asserts that it runs on a broker it applies to, so
 # that a run elsewhere fails instead of passing having judged nothing; here each runs where it
 # applies and is skipped, by name, elsewhere: the broker-restart tests and the move to the eager
@@ -34,7 +34,7 @@ skipping() {
 }
 echo "== cargo test (release; Kafka tests on Tansu)"
 mapfile -t skip < <(skipping "${noida_only[@]}")
-TIDEMARK_TEST_BROKER=tansu cargo test --release "$@" -- "${skip[@]}"
+TIDEMARK_TEST_BROKER=tansu cargo test --workspace --release "$@" -- "${skip[@]}"
 # The Kafka tests live in one binary (tests/kafka/, one module per group of tests); `only M...`
 # gives the libtest arguments that keep the modules M and skip the others. On noida-db all run
 # but two: wedged_group makes one broker's group fault on purpose (it names Tansu's in

@@ -22,12 +22,12 @@
 //!    with watermarks that restart with the replayed data, and stamp their panes and dead letters
 //!    with the new epoch.
 
-use crate::config::{KafkaSpec, PipelineSpec};
-use crate::kafka::raw_log::RawLogError;
-use crate::state::changelog::{
+use crate::changelog::{
     committed_now, marker_headers, marker_partition, source_marker_key, source_markers,
     EPOCH_MARKER_KEY, MARKER_PARTITIONS_HEADER, OFFSET_MARKER_KEY, RESET_MARKER_KEY,
 };
+use crate::config::{KafkaSpec, PipelineSpec};
+use crate::kafka::raw_log::RawLogError;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Header;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};

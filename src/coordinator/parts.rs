@@ -2,9 +2,9 @@
 //! partition of the hop's first stage (`Source`), each with its committed and uncommitted
 //! positions.
 
+use crate::changelog::RestoreStats;
 use crate::metrics as m;
 use crate::pipeline::{Front, Step};
-use crate::state::changelog::RestoreStats;
 use crate::windowing::fold::Folder;
 use crate::windowing::watermark::SourceWatermark;
 use metrics::{counter, gauge, Counter, Gauge};

@@ -1,8 +1,8 @@
 //! What a member runs with and never changes while it runs: the pipeline, its Kafka settings,
 //! the topology, and what was decided at startup from the topics.
 
+use crate::changelog::OpenPolicy;
 use crate::config::{KafkaSpec, PipelineSpec};
-use crate::state::changelog::OpenPolicy;
 use rdkafka::Offset;
 use std::time::Duration;
 

@@ -9,13 +9,13 @@
 //! (`tidemark replay`), never the group's offsets.
 
 use super::errors::{Cause, RunError};
-use crate::state::changelog::{
+use crate::changelog::{
     source_marker_key, source_markers, OpenDecision, OpenPolicy, SourceMarkers,
     MARKER_PARTITIONS_HEADER, OFFSET_MARKER_KEY, SOURCE_WATERMARK_HEADER,
 };
 use rdkafka::message::{Header, OwnedHeaders};
 
-pub(super) use crate::state::changelog::marker_partition as offsets_partition;
+pub(super) use crate::changelog::marker_partition as offsets_partition;
 
 /// Headers of a source's offset marker.
 pub(super) fn marker_headers(
@@ -25,7 +25,7 @@ pub(super) fn marker_headers(
     watermark: i64,
     offsets_partitions: i32,
 ) -> OwnedHeaders {
-    crate::state::changelog::marker_headers(Some(next), epoch, fingerprint)
+    crate::changelog::marker_headers(Some(next), epoch, fingerprint)
         .insert(Header {
             key: SOURCE_WATERMARK_HEADER,
             value: Some(&watermark.to_string()),

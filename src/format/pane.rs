@@ -24,7 +24,7 @@ pub const DEDUP_ID_HEADER: &str = "tidemark.dedup_id";
 pub const PANE_INDEX_HEADER: &str = "tidemark.pane_index";
 /// Header of the replay epoch on panes and dead letters (the same header as on changelog
 /// markers).
-pub use crate::state::changelog::EPOCH_HEADER;
+pub use crate::changelog::EPOCH_HEADER;
 /// Header of the window start (epoch ms).
 pub const WINDOW_START_HEADER: &str = "tidemark.window_start";
 /// Header of the window end (epoch ms).

@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use tidemark::state::changelog::committed_now;
+use tidemark::changelog::committed_now;
 use tidemark::state::store::Lineage;
 
 const PARTITIONS: i32 = 3;

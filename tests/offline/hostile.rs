@@ -224,9 +224,9 @@ proptest! {
     #[test]
     fn pane_dead_letter_and_changelog_readers_take_arbitrary_records(
         key in proptest::option::of(prop_oneof![
-            Just(tidemark::state::changelog::OFFSET_MARKER_KEY.to_vec()),
-            Just(tidemark::state::changelog::RESET_MARKER_KEY.to_vec()),
-            Just(tidemark::state::changelog::EPOCH_MARKER_KEY.to_vec()),
+            Just(tidemark::changelog::OFFSET_MARKER_KEY.to_vec()),
+            Just(tidemark::changelog::RESET_MARKER_KEY.to_vec()),
+            Just(tidemark::changelog::EPOCH_MARKER_KEY.to_vec()),
             bytes(),
         ]),
         value in proptest::option::of(bytes()),
@@ -269,7 +269,7 @@ proptest! {
             let _ = d.pane_json(bytes);
             let _ = d.text(&r);
         }
-        let mut fold = tidemark::state::changelog::Fold::new(None, Default::default());
+        let mut fold = tidemark::changelog::Fold::new(None, Default::default());
         let _ = fold.record(&r);
     }
 

@@ -26,11 +26,11 @@ pub(super) enum Fate {
 ///
 /// A re-initialised producer (a new process with the same `transactional.id`) may write records
 /// of its new epoch *before* the marker of its old epoch's transaction: Kafka never lets that
-/// happen, but a broker has ([`crate::kafka::quirks::EPOCH_BUMP_BEFORE_MARKERS`]). So a newer epoch's
+/// happen, but a broker has ([`crate::quirks::EPOCH_BUMP_BEFORE_MARKERS`]). So a newer epoch's
 /// record settles
 /// nothing: the older records wait for their own marker, or, if none ever comes, until their
 /// transaction is older than the transaction timeout ([`StreamResolver::abort_older_than`], and
-/// a restore's [`crate::state::changelog::OpenPolicy`]).
+/// the open policy of a restore in the runtime).
 pub(super) struct StreamResolver {
     partition: i32,
     queue: VecDeque<(RawRecord, Fate)>,
@@ -207,8 +207,7 @@ impl StreamResolver {
 /// Resolves the transactions of records held in memory (one partition's raw log, control records
 /// included, in offset order, starting at `from`): committed records go to `emit` in offset
 /// order, exactly as a streamed read hands them on.
-#[cfg(test)]
-pub(crate) fn resolve_records<E>(
+pub fn resolve_records<E>(
     partition: i32,
     from: i64,
     records: impl IntoIterator<Item = Record>,
@@ -227,42 +226,43 @@ pub(super) fn control_type(r: &Record) -> Option<i16> {
     (key.len() >= 4).then(|| i16::from_be_bytes([key[2], key[3]]))
 }
 
+/// A raw-log record made by hand, for tests of code that reads the log: a control record of
+/// type `control` (0 = ABORT, 1 = COMMIT), or a data record with `key` and `value`, stamped `ts`.
+pub fn hand_made(
+    offset: i64,
+    pid: i64,
+    transactional: bool,
+    control: Option<i16>,
+    key: Option<Bytes>,
+    value: Bytes,
+    ts: i64,
+) -> Record {
+    let key = match control {
+        // Control record key: version (i16) then type (i16).
+        Some(t) => Some(Bytes::from([[0u8, 0u8], t.to_be_bytes()].concat())),
+        None => key,
+    };
+    Record {
+        transactional,
+        control: control.is_some(),
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id: pid,
+        producer_epoch: 0,
+        timestamp_type: kafka_protocol::records::TimestampType::Creation,
+        offset,
+        sequence: 0,
+        timestamp: ts,
+        key,
+        value: control.is_none().then_some(value),
+        headers: Default::default(),
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::hand_made as raw;
     use super::*;
-
-    /// A raw-log record for tests: a control record of type `control` (0 = ABORT, 1 = COMMIT),
-    /// or a data record with `key` and `value`, stamped `ts`.
-    pub(crate) fn raw(
-        offset: i64,
-        pid: i64,
-        transactional: bool,
-        control: Option<i16>,
-        key: Option<Bytes>,
-        value: Bytes,
-        ts: i64,
-    ) -> Record {
-        let key = match control {
-            // Control record key: version (i16) then type (i16).
-            Some(t) => Some(Bytes::from([[0u8, 0u8], t.to_be_bytes()].concat())),
-            None => key,
-        };
-        Record {
-            transactional,
-            control: control.is_some(),
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: pid,
-            producer_epoch: 0,
-            timestamp_type: kafka_protocol::records::TimestampType::Creation,
-            offset,
-            sequence: 0,
-            timestamp: ts,
-            key,
-            value: control.is_none().then_some(value),
-            headers: Default::default(),
-        }
-    }
 
     pub(super) fn rec(
         offset: i64,

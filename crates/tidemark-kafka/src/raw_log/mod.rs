@@ -31,8 +31,7 @@ pub(crate) use client::connect;
 pub use client::RawClient;
 pub use follow::Following;
 pub use reader::{read_topic, LogReader};
-#[cfg(test)]
-pub(crate) use resolve::{resolve_records, tests};
+pub use resolve::{hand_made, resolve_records};
 
 use bytes::Bytes;
 use kafka_protocol::records::Record;

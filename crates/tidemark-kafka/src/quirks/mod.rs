@@ -69,7 +69,7 @@ pub const GROUP_OFFSETS_LATE: Quirk = Quirk {
     remedy: "The committed input offset is read from the offset markers of committed \
              transactions in the log; the group's offset is only compared with it \
              (tidemark_group_offset_mismatches_total).",
-    shown_by: &["state::changelog::tests::a_stale_group_offset_never_wins_over_the_log"],
+    shown_by: &["changelog::tests::a_stale_group_offset_never_wins_over_the_log"],
 };
 
 /// Group descriptions carry no member assignments.
@@ -247,7 +247,7 @@ pub const ACKED_WRITES_LOST_ON_KILL: Quirk = Quirk {
     seen_on: &[("noida", "0.2.3")],
     remedy: "None possible in a client: no protocol answer says a write is durable. tidemark \
              follows the rollback where it can see it (local state whose changelog position \
-             lies past the log's end is rebuilt from the log, state::changelog; its raw-log \
+             lies past the log's end is rebuilt from the log, changelog; its raw-log \
              readers reconnect), but the lost input is gone. The exactly-once test bounces \
              that broker with SIGTERM; the SIGKILL test judges no pane twice, no gap, and the \
              windows after the kill.",

@@ -13,7 +13,7 @@ use std::convert::Infallible;
 /// For each (partition, offset) of `topic`: whether a data record lies at or after the offset,
 /// from the raw log, in one fetch per leader: whether an input is caught up, judged from the log
 /// itself rather than from a high watermark a broker may misreport
-/// ([`crate::kafka::quirks::HIGH_WATERMARK_AFTER_BATCH`]). Control records (transaction markers)
+/// ([`crate::quirks::HIGH_WATERMARK_AFTER_BATCH`]). Control records (transaction markers)
 /// do not count, nor do records of a transaction that the same answer shows aborted. An offset
 /// before the log's start counts as having data unless the log is empty; so does any offset below
 /// the high watermark that the broker's answer did not show (an empty answer is "don't know",
@@ -131,7 +131,7 @@ pub(super) const OFFSET_OUT_OF_RANGE: i16 = 1;
 
 #[cfg(test)]
 mod tests {
-    use super::super::resolve::tests::raw;
+    use super::super::hand_made as raw;
     use super::*;
     use bytes::Bytes;
 

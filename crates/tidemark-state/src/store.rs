@@ -1,7 +1,7 @@
 //! The RocksDB instance: one per process, with column families per operator and input partition.
 //!
 //! Each partition of each stateful operator owns the column family `{operator}.p{partition}`; its
-//! entries are described in [`crate::windowing::keys`]. The `meta` column family records, per partition, the
+//! entries are described in [`tidemark_core::windowing::keys`]. The `meta` column family records, per partition, the
 //! input offset and changelog offset that the state was flushed at (written in the same WriteBatch
 //! as the state, so they always agree), and the state's [`Lineage`]: the replay epoch and the
 //! pipeline fingerprint it was written under.
@@ -18,15 +18,15 @@
 //! column families fall back together to one earlier flush point, and the stored offsets say which.
 //! The Kafka changelog, not the local WAL, is what makes state durable.
 
-pub use crate::windowing::backend::StoredOffsets;
-use crate::windowing::backend::{BackendError, StateBackend, Visit};
-use crate::windowing::changes::Changes;
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch,
     WriteBufferManager, WriteOptions,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+pub use tidemark_core::windowing::backend::StoredOffsets;
+use tidemark_core::windowing::backend::{BackendError, StateBackend, Visit};
+use tidemark_core::windowing::changes::Changes;
 
 /// The RocksDB handle type tidemark uses (column families can be created through `&self`).
 pub type Db = rocksdb::DBWithThreadMode<rocksdb::MultiThreaded>;
@@ -69,12 +69,6 @@ impl From<StoreError> for BackendError {
             StoreError::Corrupt { cf, detail } => BackendError::Corrupt { cf, detail },
             other => BackendError::Store(Box::new(other)),
         }
-    }
-}
-
-impl From<rocksdb::Error> for BackendError {
-    fn from(e: rocksdb::Error) -> BackendError {
-        StoreError::Rocks(e).into()
     }
 }
 
@@ -215,7 +209,7 @@ impl StateStore {
 
     /// Column family name of an operator's partition.
     pub fn cf_name(operator: &str, partition: i32) -> String {
-        crate::windowing::backend::partition_name(operator, partition)
+        tidemark_core::windowing::backend::partition_name(operator, partition)
     }
 
     /// Creates the column family if it does not exist.
@@ -392,7 +386,7 @@ impl StateBackend for StateStore {
             IteratorMode::From(prefix, Direction::Forward)
         };
         for item in self.db.iterator_cf(&handle, mode) {
-            let (k, v) = item?;
+            let (k, v) = item.map_err(StoreError::Rocks)?;
             if !k.starts_with(prefix) || !f(&k, &v)? {
                 break;
             }

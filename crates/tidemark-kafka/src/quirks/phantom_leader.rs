@@ -1,8 +1,8 @@
 //! The remedy for [`super::STATIC_PHANTOM_LEADER`]: find a group leader that is no member, and
 //! make the broker drop it, with raw requests to the group's coordinator.
 
-use crate::kafka::group::coordinator;
-use crate::kafka::raw_log::{RawClient, RawLogError};
+use crate::group::coordinator;
+use crate::raw_log::{RawClient, RawLogError};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::{

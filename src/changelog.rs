@@ -576,8 +576,8 @@ impl StartPosition {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kafka::raw_log::hand_made as raw;
     use crate::kafka::raw_log::resolve_records;
-    use crate::kafka::raw_log::tests::raw;
     use bytes::Bytes;
     use kafka_protocol::records::Record;
 

@@ -12,7 +12,7 @@ const SHORT_ANSWERS: usize = 50;
 /// Every record of partition `partition` of `topic` (data and markers) from `from` to the end of
 /// the log, and the offset after the last one. An answer that brings nothing while the high
 /// watermark lies further on is asked again (a broker may answer before it has read its log,
-/// [`crate::kafka::quirks::FETCH_ANSWERED_BEFORE_READ`]); the read fails rather than stop short of
+/// [`crate::quirks::FETCH_ANSWERED_BEFORE_READ`]); the read fails rather than stop short of
 /// the end.
 pub(super) fn read(
     cluster: &mut Cluster,

@@ -34,7 +34,7 @@ pub struct Following {
 
 /// How long a fetch may wait when the last one left a partition behind. A broker may answer a
 /// fetch whose read takes longer than its wait with nothing at all
-/// ([`crate::kafka::quirks::FETCH_ANSWERED_BEFORE_READ`]), and reads of a backlog take longest: with a one-millisecond wait the second stage could starve for seconds behind a
+/// ([`crate::quirks::FETCH_ANSWERED_BEFORE_READ`]), and reads of a backlog take longest: with a one-millisecond wait the second stage could starve for seconds behind a
 /// backlog. The wait costs nothing while data is there (the broker answers as soon as it has
 /// some).
 pub(super) const BEHIND_WAIT_MS: i32 = 50;
@@ -78,7 +78,7 @@ impl ReadPart {
     /// Kafka's log has no holes outside compacted topics (every offset holds a data or a control
     /// record, and an append is visible only after every earlier one), so a hole means an
     /// append still being written, answered past
-    /// ([`crate::kafka::quirks::APPENDS_VISIBLE_OUT_OF_ORDER`]): reading on would lose it for good. The reads
+    /// ([`crate::quirks::APPENDS_VISIBLE_OUT_OF_ORDER`]): reading on would lose it for good. The reads
     /// stay at the hole and fetch again, for up to [`HOLE_WAIT`]; a hole that lasts longer is in
     /// the log itself, and the reads go past it. Both are logged.
     fn past_hole(&mut self, topic: &str, partition: i32, got: i64) -> bool {
