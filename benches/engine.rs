@@ -26,6 +26,7 @@ use tidemark::config::parse_raw;
 use tidemark::input::Event;
 use tidemark::state::store::StateStore;
 use tidemark::windowing::engine::{Engine, Layout};
+use tidemark::windowing::spec::CacheLimits;
 use tidemark::windowing::watermark::WatermarkTracker;
 
 const FLUSH_EVERY: u64 = 100_000;
@@ -233,7 +234,14 @@ fn run_one(sc: &Scenario) {
         Some("per-window") => Layout::PerWindow,
         _ => Layout::for_spec(&spec.engine),
     };
-    let mut engine = Engine::open_with_layout(&spec.engine, &store, 0, layout, 4_000_000).unwrap();
+    let mut engine = Engine::open_with_layout(
+        &spec.engine,
+        &store,
+        0,
+        layout,
+        CacheLimits::keys(4_000_000),
+    )
+    .unwrap();
     let mut tracker = WatermarkTracker::new(spec.engine.watermark);
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let t0: i64 = 1_700_000_000_000;

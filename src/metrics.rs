@@ -41,6 +41,10 @@ pub const OPEN_WINDOWS: &str = "tidemark_open_windows";
 pub const STATE_ENTRIES: &str = "tidemark_state_entries";
 /// Live RocksDB bytes (SST files plus memtables) of this member's state.
 pub const STATE_SIZE: &str = "tidemark_state_size_bytes";
+/// Bytes of window state a partition holds in memory, as the states measure themselves.
+pub const CACHE_BYTES: &str = "tidemark_state_cache_bytes";
+/// The largest state of one key a partition's last flush wrote.
+pub const LARGEST_KEY: &str = "tidemark_state_largest_key_bytes";
 /// Duration of the commit cycle (produce changelog → commit → local write → begin).
 pub const COMMIT_DURATION: &str = "tidemark_commit_duration_seconds";
 /// Time from the append of the record that fired a pane (or the tick that fired it) to the
@@ -134,6 +138,8 @@ pub const ALL: &[&str] = &[
     OPEN_WINDOWS,
     STATE_ENTRIES,
     STATE_SIZE,
+    CACHE_BYTES,
+    LARGEST_KEY,
     COMMIT_DURATION,
     PANE_LATENCY,
     TRANSACTIONS,
@@ -252,6 +258,16 @@ pub fn describe() {
         STATE_SIZE,
         Unit::Bytes,
         "Live RocksDB bytes of this member."
+    );
+    describe_gauge!(
+        CACHE_BYTES,
+        Unit::Bytes,
+        "Window state a partition holds in memory (bounded by kafka.cache_memory after each commit)."
+    );
+    describe_gauge!(
+        LARGEST_KEY,
+        Unit::Bytes,
+        "The largest state of one key written by a partition's last flush."
     );
     describe_histogram!(COMMIT_DURATION, Unit::Seconds, "Commit cycle duration.");
     describe_histogram!(

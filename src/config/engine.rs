@@ -34,6 +34,7 @@ impl Timing {
             watermark: self.watermark,
             trigger: self.trigger,
             aggregations,
+            cache: Default::default(),
         }
     }
 }
@@ -322,6 +323,7 @@ pub(super) fn validate_aggregations(
             k: agg.k,
             precision: agg.precision,
             relative_error: agg.relative_error,
+            max_values: agg.max_values,
         };
         let op = match aggregate::operation(agg.op.trim(), &params) {
             Ok(op) => Some(op),

@@ -221,6 +221,12 @@ pub(super) fn validate_kafka(cfg: &RawConfig, k: &RawKafka, c: &mut Checker) -> 
         crate::state::store::DEFAULT_MEMORY,
         16 << 20,
     );
+    let cache_memory = c.size(
+        "kafka.cache_memory",
+        k.cache_memory.as_deref(),
+        crate::windowing::spec::DEFAULT_CACHE_BYTES,
+        1 << 20,
+    );
     let instance_id = k.instance_id.clone().unwrap_or_else(|| {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -255,6 +261,7 @@ pub(super) fn validate_kafka(cfg: &RawConfig, k: &RawKafka, c: &mut Checker) -> 
             .unwrap_or_else(|| std::path::PathBuf::from("state").join(&app)),
         target_backlog: target_backlog?,
         state_memory: state_memory?,
+        cache_memory: cache_memory?,
         properties: k.properties.clone(),
         application_id: app,
     })

@@ -188,6 +188,10 @@ pub struct RawKafka {
     /// cache, with memtables charged to it.
     #[serde(default)]
     pub state_memory: Option<String>,
+    /// Window state each partition keeps in memory between commits (default `"64MiB"`); past
+    /// it, clean keys are dropped after a commit and read back from RocksDB when next needed.
+    #[serde(default)]
+    pub cache_memory: Option<String>,
     /// Any librdkafka property, for consumer and producer alike.
     #[serde(default)]
     pub properties: std::collections::BTreeMap<String, String>,
@@ -251,6 +255,8 @@ pub struct KafkaSpec {
     pub target_backlog: i64,
     /// RocksDB's memory budget, in bytes.
     pub state_memory: usize,
+    /// Bytes of window state each partition keeps in memory.
+    pub cache_memory: usize,
     /// Extra librdkafka properties.
     pub properties: std::collections::BTreeMap<String, String>,
 }
@@ -415,6 +421,10 @@ pub struct RawAggregation {
     /// The relative error of `approx_percentile` (default 0.01).
     #[serde(default)]
     pub relative_error: Option<f64>,
+    /// How many distinct values `count_distinct` and `top_k` keep per window (default 100,000);
+    /// past it they continue as a sketch and a summary.
+    #[serde(default)]
+    pub max_values: Option<u32>,
 }
 
 /// Where a partition on which no transaction has ever committed starts (`auto.offset.reset`).

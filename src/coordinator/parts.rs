@@ -121,6 +121,8 @@ pub(super) struct PartGauges {
     pub(super) watermark_lag: Gauge,
     pub(super) open_windows: Gauge,
     pub(super) state_entries: Gauge,
+    pub(super) cache_bytes: Gauge,
+    pub(super) largest_key: Gauge,
 }
 
 impl PartGauges {
@@ -140,7 +142,9 @@ impl PartGauges {
             watermark: gauge!(m::WATERMARK, "partition" => part.clone()),
             watermark_lag: gauge!(m::WATERMARK_LAG, "partition" => part.clone()),
             open_windows: gauge!(m::OPEN_WINDOWS, "partition" => part.clone()),
-            state_entries: gauge!(m::STATE_ENTRIES, "partition" => part),
+            state_entries: gauge!(m::STATE_ENTRIES, "partition" => part.clone()),
+            cache_bytes: gauge!(m::CACHE_BYTES, "partition" => part.clone()),
+            largest_key: gauge!(m::LARGEST_KEY, "partition" => part),
         }
     }
 }

@@ -49,6 +49,9 @@ pub(super) struct Telemetry {
     /// `tidemark_record_lateness_seconds`, registered once: it is recorded on the per-record path.
     lateness: Histogram,
     last_state_gauges: Option<Instant>,
+    /// Per partition, the largest state of one key last logged as large (logged again each
+    /// time it doubles).
+    warned_key_bytes: BTreeMap<i32, usize>,
     last_lag_update: Instant,
     /// Panes and dead letters produced (into transactions that committed or not).
     panes: u64,
@@ -62,6 +65,7 @@ impl Telemetry {
             batch: BatchOutcome::default(),
             lateness: histogram!(m::LATENESS),
             last_state_gauges: None,
+            warned_key_bytes: BTreeMap::new(),
             last_lag_update: Instant::now(),
             panes: 0,
             dead_letters: 0,
@@ -184,9 +188,27 @@ impl Telemetry {
         {
             return;
         }
-        for part in parts.values() {
+        for (p, part) in parts {
             let entries = store.estimate_keys(&part.cf);
             part.gauges.state_entries.set(entries as f64);
+            let cache = part.step.engine().cache_figures();
+            part.gauges.cache_bytes.set(cache.bytes as f64);
+            part.gauges.largest_key.set(cache.largest_key as f64);
+            // One key holding a large share of the cache is a state that grows without bound
+            // (a long global window, an unbounded distinct count): said once, and again each
+            // time it doubles.
+            let warned = self.warned_key_bytes.entry(*p).or_default();
+            if cache.largest_key > cache.byte_limit / 4 && cache.largest_key > 2 * *warned {
+                *warned = cache.largest_key;
+                tracing::warn!(
+                    partition = p,
+                    key_state_bytes = cache.largest_key,
+                    cache_bytes = cache.byte_limit,
+                    "one key's window state holds more than a quarter of the partition's cache: \
+                     bound it (approx_count_distinct, max_values, a shorter window or a global \
+                     window's idle expiry) or raise kafka.cache_memory"
+                );
+            }
         }
         gauge!(m::STATE_SIZE).set(store.size_bytes() as f64);
         self.last_state_gauges = Some(Instant::now());

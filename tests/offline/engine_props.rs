@@ -18,6 +18,7 @@ use tidemark::windowing::aggregate::{Output, Value};
 use tidemark::windowing::assigner::SliceGrid;
 use tidemark::windowing::backend::{MemoryBackend, StateBackend};
 use tidemark::windowing::engine::{Admission, Engine, Layout, Pane};
+use tidemark::windowing::spec::CacheLimits;
 use tidemark::windowing::trigger::Timing;
 
 fn spec(window: &str, extra_top: &str, trigger: &str, aggs: &str) -> PipelineSpec {
@@ -32,7 +33,7 @@ const ALL: &str = "[[aggregations]]\nname = \"n\"\nop = \"count\"\n[[aggregation
 
 /// Aggregations that are exact whatever the grouping and can all retract: sliced sliding
 /// windows move a running aggregate with them.
-const RETRACTING: &str = "[[aggregations]]\nname = \"n\"\nop = \"count\"\n[[aggregations]]\nname = \"s\"\nop = \"sum\"\nfield = \"v\"\n[[aggregations]]\nname = \"d\"\nop = \"count_distinct\"\nfield = \"v\"\n[[aggregations]]\nname = \"top\"\nop = \"top_k\"\nfield = \"v\"\nk = 2\n";
+const RETRACTING: &str = "[[aggregations]]\nname = \"n\"\nop = \"count\"\n[[aggregations]]\nname = \"s\"\nop = \"sum\"\nfield = \"v\"\n[[aggregations]]\nname = \"m\"\nop = \"mean\"\nfield = \"v\"\n";
 
 /// Every operation (the sketches and moments among them, so nothing retracts).
 const EVERY: &str = "[[aggregations]]\nname = \"n\"\nop = \"count\"\n[[aggregations]]\nname = \"s\"\nop = \"sum\"\nfield = \"v\"\n[[aggregations]]\nname = \"hi\"\nop = \"max\"\nfield = \"v\"\n[[aggregations]]\nname = \"d\"\nop = \"count_distinct\"\nfield = \"v\"\n[[aggregations]]\nname = \"hll\"\nop = \"approx_count_distinct\"\nfield = \"v\"\n[[aggregations]]\nname = \"p50\"\nop = \"approx_percentile\"\nfield = \"v\"\nq = 0.5\n[[aggregations]]\nname = \"f\"\nop = \"first\"\nfield = \"v\"\n[[aggregations]]\nname = \"l\"\nop = \"last\"\nfield = \"v\"\n[[aggregations]]\nname = \"sd\"\nop = \"stddev_samp\"\nfield = \"v\"\n[[aggregations]]\nname = \"top\"\nop = \"top_k\"\nfield = \"v\"\n[[aggregations]]\nname = \"dur\"\nop = \"duration\"\n";
@@ -125,7 +126,9 @@ fn rounded(mut panes: Vec<Pane>) -> Vec<Pane> {
 fn open(spec: &PipelineSpec, layout: Layout, cache: usize) -> (tempfile::TempDir, Engine) {
     let dir = tempfile::tempdir().unwrap();
     let store = StateStore::open(dir.path()).unwrap();
-    let engine = Engine::open_with_layout(&spec.engine, &store, 0, layout, cache).unwrap();
+    let engine =
+        Engine::open_with_layout(&spec.engine, &store, 0, layout, CacheLimits::keys(cache))
+            .unwrap();
     (dir, engine)
 }
 
@@ -141,7 +144,8 @@ fn reopening<S: StateBackend + Clone + 'static>(
     let mut got = Vec::new();
     let (mut wm, mut now) = (i64::MIN, 0);
     for chunk in ops.chunks(cut_every) {
-        let mut e = Engine::open_with_layout(&s.engine, &store(), 0, layout, 1).unwrap();
+        let mut e =
+            Engine::open_with_layout(&s.engine, &store(), 0, layout, CacheLimits::keys(1)).unwrap();
         e.advance_watermark(wm).unwrap();
         e.advance_processing_time(now).unwrap();
         assert!(e.take_panes().is_empty(), "reopening fired panes");
@@ -164,11 +168,56 @@ fn reopening<S: StateBackend + Clone + 'static>(
         }
         (wm, now) = (e.watermark(), e.processing_time());
     }
-    let mut e = Engine::open_with_layout(&s.engine, &store(), 0, layout, 1).unwrap();
+    let mut e =
+        Engine::open_with_layout(&s.engine, &store(), 0, layout, CacheLimits::keys(1)).unwrap();
     e.advance_watermark(wm).unwrap();
     e.finish().unwrap();
     got.extend(e.take_panes());
     got
+}
+
+#[test]
+fn a_cache_bounded_in_bytes_evicts_after_a_flush_and_gives_the_same_panes() {
+    let s = spec(
+        "type = \"tumbling\"\nsize = \"100ms\"",
+        "",
+        "",
+        EVERY,
+    );
+    let run = |limits: CacheLimits| {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path()).unwrap();
+        let mut e = Engine::open_with_layout(&s.engine, &store, 0, Layout::PerWindow, limits)
+            .unwrap();
+        let (mut panes, mut figures) = (Vec::new(), Vec::new());
+        for round in 0..20i64 {
+            for key in 0..50 {
+                for j in 0..5 {
+                    let values = vec![Value::Float((round * 7 + key * 3 + j) as f64)];
+                    e.process(&Event { key: format!("k{key}"), ts: round * 10 + j, values })
+                        .unwrap();
+                }
+            }
+            e.flush().unwrap();
+            figures.push(e.cache_figures());
+            panes.extend(e.take_panes());
+        }
+        e.finish().unwrap();
+        panes.extend(e.take_panes());
+        (rounded(panes), figures)
+    };
+    let (free, free_figures) = run(CacheLimits::keys(1 << 20));
+    let (bounded, bounded_figures) = run(CacheLimits { keys: 1 << 20, bytes: 16 * 1024 });
+    assert!(!free.is_empty());
+    assert_eq!(sorted(bounded), sorted(free));
+    // Unbounded, the cache holds every key and measures them; bounded, it was over its bytes
+    // after flushes and dropped its keys, and after each flush it is back within them.
+    let last = free_figures.last().unwrap();
+    assert_eq!((last.keys, last.evictions), (50, 0));
+    assert!(last.bytes > 50 * 200 && last.largest_key > 200, "{last:?}");
+    let last = bounded_figures.last().unwrap();
+    assert!(last.evictions >= 10, "{bounded_figures:?}");
+    assert!(bounded_figures.iter().all(|f| f.bytes <= 16 * 1024), "{bounded_figures:?}");
 }
 
 proptest! {
@@ -527,7 +576,9 @@ fn sessions_in_the_older_format_load_and_are_rewritten() {
     let dir = tempfile::tempdir().unwrap();
     {
         let store = StateStore::open(dir.path()).unwrap();
-        let mut e = Engine::open_with_layout(&s.engine, &store, 0, layout, 1 << 20).unwrap();
+        let mut e =
+            Engine::open_with_layout(&s.engine, &store, 0, layout, CacheLimits::keys(1 << 20))
+                .unwrap();
         for x in &first {
             e.process(x).unwrap();
         }
@@ -552,7 +603,8 @@ fn sessions_in_the_older_format_load_and_are_rewritten() {
         assert_eq!(sessions, 2, "one session per key");
     }
     let store = StateStore::open(dir.path()).unwrap();
-    let mut e = Engine::open_with_layout(&s.engine, &store, 0, layout, 1 << 20).unwrap();
+    let mut e =
+        Engine::open_with_layout(&s.engine, &store, 0, layout, CacheLimits::keys(1 << 20)).unwrap();
     assert!(entries(&store)
         .iter()
         .any(|k| matches!(k, StateKey::Window { .. })));

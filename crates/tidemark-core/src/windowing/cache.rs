@@ -17,14 +17,27 @@ use super::changes::Changes;
 use super::entry::{self, StateKey, TAG_CURSOR, TAG_SESSION, TAG_SLICE, TAG_WINDOW};
 use super::keystate::KeyState;
 use super::rules::Rules;
+use super::spec::CacheLimits;
 use super::timers::Timers;
 use super::watermark::Valve;
 use compact_str::CompactString;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
-/// Default number of keys kept in memory before clean entries are evicted after a flush.
-pub const DEFAULT_CACHE_KEYS: usize = 2_000_000;
+/// What a partition's cache holds, as of its last flush.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheFigures {
+    /// Keys in memory.
+    pub keys: usize,
+    /// Bytes of their state, measured when each was loaded or last flushed.
+    pub bytes: usize,
+    /// The largest state of one key written by the last flush.
+    pub largest_key: usize,
+    /// Times the cache dropped its clean keys for being over a limit.
+    pub evictions: u64,
+    /// The cache's limit of bytes.
+    pub byte_limit: usize,
+}
 
 /// The write-back cache and timer indexes of one operator partition.
 pub struct PartitionState {
@@ -36,7 +49,12 @@ pub struct PartitionState {
     dirty_keys: Vec<CompactString>,
     /// True while every entry of the column family is in `keys`, so a miss means "absent".
     complete: bool,
-    max_keys: usize,
+    limits: CacheLimits,
+    /// Bytes of the keys in memory, as measured ([`KeyState::size`]) when each was loaded or last
+    /// flushed.
+    bytes: usize,
+    largest_key: usize,
+    evictions: u64,
     /// Whether windows are sessions, stored by start (see [`entry::TAG_SESSION`]).
     sessions: bool,
     /// The aggregations, which decode the accumulators of loaded entries.
@@ -65,12 +83,12 @@ impl std::fmt::Debug for PartitionState {
 
 impl PartitionState {
     /// Opens operator `operator`'s partition `partition` in `store`: loads its entries into memory
-    /// (up to `max_keys` keys) and rebuilds the timer indexes.
+    /// (up to `limits.keys` keys) and rebuilds the timer indexes.
     pub fn open(
         store: Arc<dyn StateBackend>,
         operator: &str,
         partition: i32,
-        max_keys: usize,
+        limits: CacheLimits,
         rules: &Rules,
         idle_timeout: Option<i64>,
         aggs: Arc<[AggSpec]>,
@@ -83,7 +101,10 @@ impl PartitionState {
             keys: FxHashMap::default(),
             dirty_keys: Vec::new(),
             complete: true,
-            max_keys,
+            limits,
+            bytes: 0,
+            largest_key: 0,
+            evictions: 0,
             sessions: rules.sessions(),
             aggs,
             timers: Timers::default(),
@@ -137,6 +158,8 @@ impl PartitionState {
             if let Some(c) = ks.cursor.as_mut() {
                 c.scheduled = t;
             }
+            ks.measured = ks.size();
+            self.bytes += ks.measured;
         }
         Ok(())
     }
@@ -167,7 +190,7 @@ impl PartitionState {
                 return Ok(());
             }
         };
-        let in_memory = self.keys.contains_key(key.as_str()) || self.keys.len() < self.max_keys;
+        let in_memory = self.keys.contains_key(key.as_str()) || self.keys.len() < self.limits.keys;
         if !in_memory {
             self.complete = false;
         }
@@ -207,6 +230,17 @@ impl PartitionState {
         self.keys.len()
     }
 
+    /// What the cache holds, as of its last flush.
+    pub fn figures(&self) -> CacheFigures {
+        CacheFigures {
+            keys: self.keys.len(),
+            bytes: self.bytes,
+            largest_key: self.largest_key,
+            evictions: self.evictions,
+            byte_limit: self.limits.bytes,
+        }
+    }
+
     /// Number of pending event-time timers (one per open window or sliced key).
     pub fn pending_timers(&self) -> usize {
         self.timers.len()
@@ -215,11 +249,13 @@ impl PartitionState {
     /// The state of `key`, loading it from the store on a miss; marks the key dirty.
     pub fn key_mut(&mut self, key: &str, rules: &Rules) -> Result<&mut KeyState, BackendError> {
         if !self.keys.contains_key(key) {
-            let ks = if self.complete {
+            let mut ks = if self.complete {
                 KeyState::default()
             } else {
                 self.load_key(key, rules)?
             };
+            ks.measured = ks.size();
+            self.bytes += ks.measured;
             self.keys.insert(CompactString::from(key), ks);
         }
         let ks = self.keys.get_mut(key).expect("inserted above");
@@ -267,12 +303,21 @@ impl PartitionState {
         let mut changes = Changes::with_capacity(self.last_flush.0, self.last_flush.1);
         let mut dirty = std::mem::take(&mut self.dirty_keys);
         let sessions = self.sessions;
+        // Every changed key is measured again: the cache's bytes follow what the flush wrote.
+        let (mut bytes, mut largest) = (self.bytes, 0);
+        let mut measure = |ks: &mut KeyState| {
+            let now = if ks.is_empty() { 0 } else { ks.size() };
+            bytes = bytes - ks.measured.min(bytes) + now;
+            ks.measured = now;
+            largest = largest.max(now);
+        };
         if dirty.len() * 2 >= self.keys.len() {
             // Most keys changed: one pass over the table in memory order is cheaper than a
             // lookup (a cache miss) per changed key.
             self.keys.retain(|key, ks| {
                 if ks.listed {
                     entry::key_changes(key, ks, &mut changes, sessions);
+                    measure(ks);
                 }
                 !ks.is_empty()
             });
@@ -282,11 +327,14 @@ impl PartitionState {
                     continue;
                 };
                 entry::key_changes(key, ks, &mut changes, sessions);
+                measure(ks);
                 if ks.is_empty() {
                     self.keys.remove(key);
                 }
             }
         }
+        self.bytes = bytes;
+        self.largest_key = largest;
         dirty.clear();
         self.dirty_keys = dirty;
         self.flushed_watermark = self.watermark;
@@ -319,9 +367,12 @@ impl PartitionState {
         offsets: Option<StoredOffsets>,
     ) -> Result<(), BackendError> {
         self.store.write_changes(&self.cf, changes, offsets)?;
-        if self.keys.len() > self.max_keys && self.dirty_keys.is_empty() {
+        let over = self.keys.len() > self.limits.keys || self.bytes > self.limits.bytes;
+        if over && self.dirty_keys.is_empty() {
             self.keys.clear();
+            self.bytes = 0;
             self.complete = false;
+            self.evictions += 1;
         }
         Ok(())
     }

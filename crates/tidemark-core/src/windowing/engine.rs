@@ -17,12 +17,12 @@
 use super::aggregate::{retractable, Acc, AggSpec, Output, Value};
 use super::assigner::{SliceGrid, Window, WindowKind};
 use super::backend::{BackendError, StateBackend, StoredOffsets};
-use super::cache::PartitionState;
+use super::cache::{CacheFigures, PartitionState};
 use super::changes::Changes;
 use super::keystate::{Cursor, KeyState, WinState};
 pub use super::rules::Layout;
 use super::rules::{next_end_with_data, window_acc, window_total, Rules};
-use super::spec::{EngineSpec, Event};
+use super::spec::{CacheLimits, EngineSpec, Event};
 use super::timers::TimerKind;
 use super::trigger::{Accumulation, LateFiring, Timing, TriggerSpec};
 use super::watermark::SourceWatermark;
@@ -294,22 +294,16 @@ impl Engine {
         store: &S,
         partition: i32,
     ) -> Result<Engine, EngineError> {
-        Self::open_with_layout(
-            spec,
-            store,
-            partition,
-            Layout::for_spec(spec),
-            super::cache::DEFAULT_CACHE_KEYS,
-        )
+        Self::open_with_layout(spec, store, partition, Layout::for_spec(spec), spec.cache)
     }
 
-    /// Opens the engine with an explicit layout and cache size (benchmarks compare layouts).
+    /// Opens the engine with an explicit layout and cache limits (benchmarks compare layouts).
     pub fn open_with_layout<S: StateBackend + Clone + 'static>(
         spec: &EngineSpec,
         store: &S,
         partition: i32,
         layout: Layout,
-        cache_keys: usize,
+        cache: CacheLimits,
     ) -> Result<Engine, EngineError> {
         let aggs: Arc<[AggSpec]> = spec.aggregations.clone().into();
         let rules = Rules {
@@ -321,7 +315,7 @@ impl Engine {
             Arc::new(store.clone()),
             WINDOW_OPERATOR,
             partition,
-            cache_keys,
+            cache,
             &rules,
             spec.watermark.idle_timeout,
             aggs.clone(),
@@ -371,6 +365,11 @@ impl Engine {
     /// Pending event-time timers (about one per open window, or per key for sliced windows).
     pub fn pending_timers(&self) -> usize {
         self.state.pending_timers()
+    }
+
+    /// What the state cache holds (keys, bytes, the largest key's state), as of the last flush.
+    pub fn cache_figures(&self) -> CacheFigures {
+        self.state.figures()
     }
 
     /// Removes and returns the panes fired so far, in firing order.

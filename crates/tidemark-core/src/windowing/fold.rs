@@ -163,6 +163,7 @@ mod tests {
             },
             trigger: TriggerSpec::default(),
             aggregations: vec![AggSpec::new("n", "count", None)],
+            cache: Default::default(),
         }
     }
 

@@ -23,6 +23,48 @@ pub struct EngineSpec {
     pub trigger: TriggerSpec,
     /// The aggregations, in output order.
     pub aggregations: Vec<AggSpec>,
+    /// How much state each partition keeps in memory (not part of what the state means: a
+    /// pipeline's state is the same under any limits).
+    pub cache: CacheLimits,
+}
+
+/// Default number of keys kept in memory before clean entries are evicted after a flush.
+pub const DEFAULT_CACHE_KEYS: usize = 2_000_000;
+
+/// Default bytes of window state a partition keeps in memory before clean entries are evicted
+/// after a flush: 64 MiB.
+pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+
+/// How much window state a partition keeps in memory. Between flushes every key a record
+/// touched stays (its changes are not written yet); after a flush, when the cache holds more
+/// keys or more bytes ([`super::keystate::KeyState::size`]) than these, the clean keys are dropped and read back
+/// from the store on their next record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheLimits {
+    /// Keys.
+    pub keys: usize,
+    /// Bytes of key state, as the states measure themselves.
+    pub bytes: usize,
+}
+
+impl Default for CacheLimits {
+    fn default() -> CacheLimits {
+        CacheLimits {
+            keys: DEFAULT_CACHE_KEYS,
+            bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
+}
+
+impl CacheLimits {
+    /// A limit of `keys` keys and no limit of bytes (benchmarks and tests that size the cache
+    /// by keys).
+    pub fn keys(keys: usize) -> CacheLimits {
+        CacheLimits {
+            keys,
+            bytes: usize::MAX,
+        }
+    }
 }
 
 /// The longest grouping key, in bytes (UTF-8). The repartition hop writes a key's length in two

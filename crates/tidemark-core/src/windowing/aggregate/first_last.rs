@@ -3,7 +3,7 @@
 //! elements with equal times the first in input order is `first` and the last is `last`; merged
 //! states keep that rule, the merged-in state counting as the later input.
 
-use super::value::{get_value, put_value, take, Value};
+use super::value::{get_value, heap_size, put_value, take, Value};
 use super::{only, same, Aggregate, Input, Output, OutputType, Params, State};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -122,5 +122,9 @@ impl State for Picked {
 
     fn evaluate(&self, _elements: u64) -> Output {
         Output::Value(self.at.as_ref().map_or(Value::Null, |(_, v)| v.clone()))
+    }
+
+    fn size(&self) -> usize {
+        std::mem::size_of::<Picked>() + self.at.as_ref().map_or(0, |(_, v)| heap_size(v))
     }
 }

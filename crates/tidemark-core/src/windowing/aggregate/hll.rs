@@ -55,24 +55,67 @@ impl Aggregate for Hll {
     }
 
     fn new_state(&self) -> Box<dyn State> {
-        Box::new(Sketch {
-            p: self.p,
-            regs: Registers::Sparse(Vec::new()),
-        })
+        Box::new(Sketch::new(self.p))
     }
 
     fn decode(&self, mut bytes: &[u8]) -> Option<Box<dyn State>> {
-        let b = &mut bytes;
-        let [1, p, mode] = take::<3>(b)? else {
+        let st = Sketch::decode(&mut bytes, self.p)?;
+        bytes.is_empty().then_some(Box::new(st) as Box<dyn State>)
+    }
+}
+
+/// Registers: sparse as sorted `index << 8 | rank` words, or one byte each.
+#[derive(Debug, Clone)]
+enum Registers {
+    Sparse(Vec<u32>),
+    Dense(Vec<u8>),
+}
+
+/// A HyperLogLog sketch; also what `count_distinct` continues with past its bound.
+#[derive(Debug, Clone)]
+pub(super) struct Sketch {
+    p: u8,
+    regs: Registers,
+}
+
+/// The hasher every sketch hashes values with.
+fn hasher() -> SipHasher13 {
+    SipHasher13::new_with_keys(0x7469_6465_6d61_726b, 0x686c_6c2d_7631_0000)
+}
+
+/// The 64-bit hash of a value's scalar ([`Scalar::put`]'s encoding), without allocating;
+/// `None` for NULL.
+fn hash(v: &Value) -> Option<u64> {
+    let mut h = hasher();
+    Scalar::write_of(v, &mut h).then(|| h.finish())
+}
+
+impl Sketch {
+    /// An empty sketch of precision `p` (4 to 18).
+    pub(super) fn new(p: u8) -> Sketch {
+        Sketch {
+            p,
+            regs: Registers::Sparse(Vec::new()),
+        }
+    }
+
+    /// Reads what [`State::encode`] wrote for a sketch of precision `p`, advancing `b`.
+    pub(super) fn decode(b: &mut &[u8], p: u8) -> Option<Sketch> {
+        let [1, stored, mode] = take::<3>(b)? else {
             return None;
         };
-        if p != self.p {
+        if stored != p {
             return None;
         }
         let m = 1usize << p;
         let regs = match mode {
             0 => {
                 let n = u32::from_le_bytes(take::<4>(b)?) as usize;
+                // At most m/8 pairs are ever kept sparse: a larger count is not a sketch (and
+                // is not allocated for).
+                if n > m {
+                    return None;
+                }
                 let mut pairs = Vec::with_capacity(n);
                 for _ in 0..n {
                     let e = u32::from_le_bytes(take::<4>(b)?);
@@ -92,37 +135,9 @@ impl Aggregate for Hll {
             }
             _ => return None,
         };
-        let st = Sketch { p, regs };
-        bytes.is_empty().then_some(Box::new(st) as Box<dyn State>)
+        Some(Sketch { p, regs })
     }
-}
 
-/// Registers: sparse as sorted `index << 8 | rank` words, or one byte each.
-#[derive(Debug, Clone)]
-enum Registers {
-    Sparse(Vec<u32>),
-    Dense(Vec<u8>),
-}
-
-#[derive(Debug, Clone)]
-struct Sketch {
-    p: u8,
-    regs: Registers,
-}
-
-/// The hasher every sketch hashes values with.
-fn hasher() -> SipHasher13 {
-    SipHasher13::new_with_keys(0x7469_6465_6d61_726b, 0x686c_6c2d_7631_0000)
-}
-
-/// The 64-bit hash of a value's scalar ([`Scalar::put`]'s encoding), without allocating;
-/// `None` for NULL.
-fn hash(v: &Value) -> Option<u64> {
-    let mut h = hasher();
-    Scalar::write_of(v, &mut h).then(|| h.finish())
-}
-
-impl Sketch {
     fn m(&self) -> usize {
         1 << self.p
     }
@@ -229,6 +244,14 @@ impl State for Sketch {
 
     fn evaluate(&self, _elements: u64) -> Output {
         Output::Value(Value::Int(self.estimate() as i64))
+    }
+
+    fn size(&self) -> usize {
+        std::mem::size_of::<Sketch>()
+            + match &self.regs {
+                Registers::Sparse(pairs) => pairs.capacity() * 4,
+                Registers::Dense(r) => r.capacity(),
+            }
     }
 }
 

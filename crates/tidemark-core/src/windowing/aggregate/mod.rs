@@ -15,7 +15,7 @@
 //! elements). An operation that reads numbers is only given numbers or NULL: the record step
 //! dead-letters a record whose value is of another type.
 
-mod counts;
+pub mod counts;
 mod duration;
 mod first_last;
 mod hll;
@@ -120,6 +120,12 @@ pub trait State: StateClone + fmt::Debug + Send + Sync {
     fn encode(&self, out: &mut Vec<u8>);
     /// The pane's value; `elements` is the number of elements the accumulator holds.
     fn evaluate(&self, elements: u64) -> Output;
+    /// The bytes of memory the state holds, itself included, as DataFusion's
+    /// `Accumulator::size` counts them: what it allocated, not what its saved form takes.
+    /// States without heap data keep this default.
+    fn size(&self) -> usize {
+        std::mem::size_of_val(self)
+    }
 }
 
 /// Cloning and downcasting of boxed states, implemented for every `Clone` state.
@@ -165,6 +171,9 @@ pub struct Params {
     pub precision: Option<u8>,
     /// The relative error of `approx_percentile`'s sketch.
     pub relative_error: Option<f64>,
+    /// How many distinct values `count_distinct` and `top_k` keep (see
+    /// [`counts::DEFAULT_MAX_VALUES`]).
+    pub max_values: Option<u32>,
 }
 
 /// A constructor of an operation from its parameters; errors name what is wrong.
@@ -214,6 +223,7 @@ pub(crate) fn only(op: &str, params: &Params, allowed: &[&str]) -> Result<(), St
         ("k", params.k.is_some()),
         ("precision", params.precision.is_some()),
         ("relative_error", params.relative_error.is_some()),
+        ("max_values", params.max_values.is_some()),
     ];
     let extra: Vec<&str> = given
         .iter()
@@ -329,6 +339,17 @@ impl Acc {
         for (s, o) in self.states.iter_mut().zip(&other.states) {
             s.retract(o.as_ref());
         }
+    }
+
+    /// The bytes of memory the accumulator holds: itself, its states' list when it spilled to
+    /// the heap, and every state ([`State::size`]).
+    pub fn size(&self) -> usize {
+        let list = if self.states.spilled() {
+            self.states.capacity() * std::mem::size_of::<Box<dyn State>>()
+        } else {
+            0
+        };
+        std::mem::size_of::<Acc>() + list + self.states.iter().map(|s| s.size()).sum::<usize>()
     }
 
     /// Resets to empty.

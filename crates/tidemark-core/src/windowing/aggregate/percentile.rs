@@ -269,4 +269,9 @@ impl State for Sketch {
     fn evaluate(&self, _elements: u64) -> Output {
         Output::Value(self.quantile().map_or(Value::Null, Value::Float))
     }
+
+    fn size(&self) -> usize {
+        // Each bin: a B-tree slot of key and count, a third of the slots empty on average.
+        std::mem::size_of::<Sketch>() + (self.pos.len() + self.neg.len()) * (4 + 8) * 3 / 2
+    }
 }

@@ -1,6 +1,8 @@
 use super::value::string;
 use super::*;
 use proptest::prelude::*;
+use std::collections::BTreeMap;
+use value::Scalar;
 
 fn spec(op: &str, params: Params) -> AggSpec {
     AggSpec {
@@ -168,6 +170,144 @@ proptest! {
             }
         }
     }
+}
+
+proptest! {
+    #[test]
+    fn bounded_distinct_counts_merge_as_one_fold_and_save_exactly(
+        items in scalars(),
+        cut in 0usize..60,
+        max in 1u32..8,
+    ) {
+        // Past its bound a distinct count is a sketch of every value it saw: folding in any
+        // split and merging gives the state one fold gives.
+        let aggs = [spec("count_distinct", Params { max_values: Some(max), ..Params::default() })];
+        let cut = cut.min(items.len());
+        let mut merged = fold(&aggs, &items[..cut]);
+        merged.merge(&fold(&aggs, &items[cut..]));
+        let whole = fold(&aggs, &items);
+        prop_assert_eq!(enc(&merged), enc(&whole));
+        let bytes = enc(&whole);
+        let back = Acc::decode(&aggs, &mut &bytes[..], false).expect("decodes");
+        prop_assert_eq!(enc(&back), bytes);
+        prop_assert_eq!(back.value(&aggs, 0), whole.value(&aggs, 0));
+    }
+
+    #[test]
+    fn a_bounded_top_k_never_overcounts_and_undercounts_by_at_most_its_bound(
+        items in scalars(),
+        cut in 0usize..60,
+        max in 1u32..6,
+    ) {
+        let aggs = [spec("top_k", Params { k: Some(1), max_values: Some(max), ..Params::default() })];
+        let cut = cut.min(items.len());
+        let mut merged = fold(&aggs, &items[..cut]);
+        merged.merge(&fold(&aggs, &items[cut..]));
+        let n = items.iter().filter(|(v, _)| !v.is_null()).count() as u64;
+        let slack = n / (max as u64 + 1);
+        let mut truth: BTreeMap<Scalar, u64> = BTreeMap::new();
+        for (v, _) in &items {
+            if let Some(s) = Scalar::of(v) {
+                *truth.entry(s).or_default() += 1;
+            }
+        }
+        for acc in [fold(&aggs, &items), merged] {
+            let Output::Top(top) = acc.value(&aggs, 0) else { panic!("top_k outputs a list") };
+            if let Some((v, got)) = top.first() {
+                let want = truth[&Scalar::of(v).unwrap()];
+                prop_assert!(*got <= want && got + slack >= want, "{v:?}: {got} of {want}, slack {slack}");
+            }
+            // The most frequent value is reported when it is frequent enough to be kept.
+            let best = truth.values().copied().max().unwrap_or(0);
+            if best > slack {
+                prop_assert!(!top.is_empty());
+            }
+            let bytes = enc(&acc);
+            let back = Acc::decode(&aggs, &mut &bytes[..], false).expect("decodes");
+            prop_assert_eq!(enc(&back), bytes);
+        }
+    }
+}
+
+#[test]
+fn a_distinct_count_past_its_bound_estimates_in_bounded_memory() {
+    let aggs = [spec(
+        "count_distinct",
+        Params {
+            max_values: Some(1_000),
+            ..Params::default()
+        },
+    )];
+    let mut a = Acc::default();
+    let mut sizes = Vec::new();
+    for i in 0..50_000u64 {
+        a.add(&aggs, &[string(format!("user-{i}"))], 0);
+        if i == 999 {
+            // Exact up to the bound, and the state holds every value.
+            assert_eq!(a.value(&aggs, 0), Output::Value(Value::Int(1_000)));
+            assert!(a.size() > 1_000 * 16, "{}", a.size());
+        }
+        if i % 10_000 == 9_999 {
+            sizes.push(a.size());
+        }
+    }
+    let est = a.value(&aggs, 0).as_f64().unwrap();
+    assert!(
+        (est - 50_000.0).abs() / 50_000.0 <= 3.0 * 0.0081,
+        "estimate {est}"
+    );
+    // Past the bound the state is the sketch: 16 KiB of registers at most, whatever comes.
+    assert!(sizes.iter().all(|s| *s <= 17 * 1024), "{sizes:?}");
+    assert_eq!(sizes.first(), sizes.last());
+}
+
+#[test]
+fn a_top_k_past_its_bound_keeps_its_heavy_hitters_in_bounded_memory() {
+    let aggs = [spec(
+        "top_k",
+        Params {
+            k: Some(2),
+            max_values: Some(100),
+            ..Params::default()
+        },
+    )];
+    let mut a = Acc::default();
+    let mut biggest = 0;
+    for i in 0..30_000u64 {
+        // Two heavy hitters among a stream of values each seen once.
+        let v = match i % 10 {
+            0..=2 => "home".to_string(),
+            3..=4 => "cart".to_string(),
+            _ => format!("page-{i}"),
+        };
+        a.add(&aggs, &[string(v)], 0);
+        biggest = biggest.max(a.size());
+    }
+    let Output::Top(top) = a.value(&aggs, 0) else {
+        panic!()
+    };
+    let names: Vec<Value> = top.iter().map(|(v, _)| v.clone()).collect();
+    assert_eq!(names, [string("home"), string("cart")]);
+    let slack = 30_000 / 101;
+    assert!(top[0].1 <= 9_000 && top[0].1 + slack >= 9_000, "{top:?}");
+    assert!(top[1].1 <= 6_000 && top[1].1 + slack >= 6_000, "{top:?}");
+    // Never more than twice the bound's counters.
+    assert!(biggest < 2 * 101 * 100, "{biggest}");
+}
+
+#[test]
+fn every_state_reports_its_size() {
+    let aggs = all_ops();
+    let empty = Acc::default().size();
+    let mut a = Acc::default();
+    a.add(&aggs, &[Value::Int(1)], 0);
+    let one = a.size();
+    assert!(one > empty + aggs.len() * 8, "{empty} then {one}");
+    for i in 0..1_000 {
+        a.add(&aggs, &[Value::Int(i)], i);
+    }
+    // The value-keeping states grew; the others did not.
+    assert!(a.size() > one + 1_000 * 16, "{one} then {}", a.size());
 }
 
 fn value_of(op: &str, params: Params, items: &[(Value, i64)]) -> Output {

@@ -8,6 +8,14 @@ use std::cmp::Ordering;
 /// the expression layer's value, owned.
 pub type Value = crate::expr::Datum<'static>;
 
+/// The heap bytes a value holds beyond its own size (an owned string's buffer).
+pub fn heap_size(v: &Value) -> usize {
+    match v {
+        Value::Str(Cow::Owned(s)) => s.capacity(),
+        _ => 0,
+    }
+}
+
 /// A string value.
 pub fn string(s: impl Into<String>) -> Value {
     Value::Str(Cow::Owned(s.into()))
@@ -236,6 +244,14 @@ impl PartialEq for dyn ScalarKey + '_ {
 impl Eq for dyn ScalarKey + '_ {}
 
 impl Scalar {
+    /// The heap bytes the scalar holds beyond its own size (a string's bytes).
+    pub fn heap_size(&self) -> usize {
+        match self {
+            Scalar::Str(s) => s.len(),
+            _ => 0,
+        }
+    }
+
     /// The scalar of a value; `None` for NULL.
     pub fn of(v: &Value) -> Option<Scalar> {
         ScalarRef::of(v).map(ScalarRef::to_scalar)

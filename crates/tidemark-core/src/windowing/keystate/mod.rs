@@ -37,6 +37,13 @@ pub struct WinState {
 }
 
 impl WinState {
+    /// The bytes of memory the window's state holds, itself included.
+    pub fn size(&self) -> usize {
+        let acc = std::mem::size_of::<Acc>();
+        std::mem::size_of::<WinState>() + self.total.size() - acc + self.pane.size() - acc
+            + self.last_emitted.as_ref().map_or(0, Acc::size)
+    }
+
     /// A new, empty window state.
     pub fn new(on_time_done: bool) -> WinState {
         WinState {
@@ -98,9 +105,27 @@ pub struct KeyState {
     pub(in crate::windowing) dirty_cursor: bool,
     /// Whether the key is in its partition's list of keys changed since the last flush.
     pub(in crate::windowing) listed: bool,
+    /// What [`KeyState::size`] was when the cache last measured it.
+    pub(in crate::windowing) measured: usize,
 }
 
 impl KeyState {
+    /// The bytes of memory the key's state holds, itself included: its windows, slices and
+    /// cursor, each with its aggregations' states ([`Acc::size`]). An estimate, as DataFusion's
+    /// `Accumulator::size` is: what was allocated, counted by capacity where it is known.
+    pub fn size(&self) -> usize {
+        let cursor = self.cursor.as_ref().map_or(0, |c| {
+            std::mem::size_of::<Cursor>()
+                + c.late_panes.len() * 12 * 3 / 2
+                + c.running.as_ref().map_or(0, |r| r.acc.size())
+        });
+        std::mem::size_of::<KeyState>()
+            + self.windows.heap_size()
+            + self.slices.heap_size()
+            + self.dirty_slices.heap_size()
+            + cursor
+    }
+
     /// Whether the key holds no state at all.
     pub fn is_empty(&self) -> bool {
         self.windows.is_empty() && self.slices.is_empty() && self.cursor.is_none()

@@ -25,6 +25,17 @@ impl SliceMap {
         self.slots.is_empty()
     }
 
+    /// The heap bytes the slices hold beyond the map itself, their states included.
+    pub fn heap_size(&self) -> usize {
+        let acc = std::mem::size_of::<Acc>();
+        self.slots.capacity() * std::mem::size_of::<(i64, Acc)>()
+            + self
+                .slots
+                .iter()
+                .map(|(_, a)| a.size() - acc)
+                .sum::<usize>()
+    }
+
     /// The slice starting at `start`.
     pub fn get(&self, start: &i64) -> Option<&Acc> {
         self.find(*start).ok().map(|i| &self.slots[i].1)
@@ -130,6 +141,11 @@ pub struct DirtySlices {
 }
 
 impl DirtySlices {
+    /// The heap bytes of the list beyond its inline part.
+    pub fn heap_size(&self) -> usize {
+        self.more.capacity() * 8
+    }
+
     /// Lists `start` (once).
     pub fn insert(&mut self, start: i64) {
         let n = usize::from(self.len);

@@ -101,7 +101,25 @@ impl WindowMap {
         self.slots.is_empty() && self.spill.is_empty()
     }
 
-    /// Number of windows.
+    /// The heap bytes the windows hold beyond the map itself, their states included.
+    pub fn heap_size(&self) -> usize {
+        let slot = std::mem::size_of::<WindowSlot>();
+        let inline = if self.slots.spilled() {
+            self.slots.capacity() * slot
+        } else {
+            0
+        };
+        let states: usize = self
+            .iter()
+            .map(|(_, st)| st.size() - std::mem::size_of::<super::WinState>())
+            .sum();
+        inline
+            + self.spill.capacity() * slot
+            + self.removed.capacity() * std::mem::size_of::<(Window, bool)>()
+            + states
+    }
+
+    /// The number of windows.
     pub fn len(&self) -> usize {
         self.slots.len() + self.spill.len()
     }
