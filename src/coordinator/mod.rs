@@ -247,7 +247,7 @@ pub fn run(
         owned_here: owned_here.clone(),
         claims,
     })));
-    let mut member = Membership::join(
+    let member = Membership::join(
         core.clone(),
         &k,
         input_partitions,
@@ -256,76 +256,119 @@ pub fn run(
         owned_here,
     )?;
     let poll = Duration::from_millis((k.commit_interval as u64 / 4).clamp(1, 50));
-    // The second stage reads the repartition topic every few milliseconds (at once again while it
-    // finds records); in between, the consumer hands over records without waiting, and waits at
-    // most until the next read when it has none.
-    let hop_poll = poll.min(TAIL_EVERY);
-    let mut last_tail = Instant::now() - TAIL_EVERY;
-    let mut tail_busy = false;
+    let mut turns = Loop {
+        core,
+        member,
+        poll,
+        // The second stage reads the repartition topic every few milliseconds (at once again
+        // while it finds records); in between, the consumer hands over records without
+        // waiting, and waits at most until the next read when it has none.
+        hop_poll: poll.min(TAIL_EVERY),
+        last_tail: Instant::now() - TAIL_EVERY,
+        tail_busy: false,
+    };
     let mut result = Ok(());
-    'run: while !stop.requested.load(Ordering::Relaxed) {
-        if let Err(e) = member.rejoin_if_asked() {
+    while !stop.requested.load(Ordering::Relaxed) {
+        if let Err(e) = turns.turn() {
             result = Err(e);
-            break 'run;
+            break;
         }
-        let tailing = core.lock().expect("lock").is_reading_repartition();
-        if tailing && (tail_busy || last_tail.elapsed() >= TAIL_EVERY) {
-            last_tail = Instant::now();
-            let mut c = core.lock().expect("lock");
-            let read = c.read_repartition();
-            let behind = c.repartition_behind();
-            tail_busy = behind || matches!(read, Ok(n) if n > 0);
-            if let Err(e) = c.settle(&member.consumer, read.map(|_| ()), true) {
-                result = Err(e);
-                break 'run;
-            }
+    }
+    turns.member.leave(result, &stop)
+}
+
+/// The member's loop between the start and the stop: each turn reads the repartition topic when
+/// it is due, then hands the consumer's records to the member, one poll batch at a time.
+struct Loop {
+    core: Arc<Mutex<Core>>,
+    member: Membership,
+    /// How long a poll waits for records with nothing to read otherwise, and with the second
+    /// stage to serve.
+    poll: Duration,
+    hop_poll: Duration,
+    /// When the second stage last read, and whether it found records or is behind (then it
+    /// reads again at once).
+    last_tail: Instant,
+    tail_busy: bool,
+}
+
+impl Loop {
+    /// One turn; an error stops the member.
+    fn turn(&mut self) -> Result<(), RunError> {
+        self.member.rejoin_if_asked()?;
+        let tailing = self.lock().is_reading_repartition();
+        if tailing && (self.tail_busy || self.last_tail.elapsed() >= TAIL_EVERY) {
+            self.read_repartition()?;
         }
-        let timeout = if tail_busy {
+        let timeout = if self.tail_busy {
             Duration::ZERO
         } else if tailing {
-            hop_poll
+            self.hop_poll
         } else {
-            poll
+            self.poll
         };
+        self.poll_batch(tailing, timeout)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Core> {
+        self.core.lock().expect("lock")
+    }
+
+    /// The second stage reads what committed on its repartition partitions since it last read.
+    fn read_repartition(&mut self) -> Result<(), RunError> {
+        self.last_tail = Instant::now();
+        let consumer = &self.member.consumer;
+        let mut c = self.core.lock().expect("lock");
+        let read = c.read_repartition();
+        self.tail_busy = c.repartition_behind() || matches!(read, Ok(n) if n > 0);
+        c.settle(consumer, read.map(|_| ()), true)
+    }
+
+    /// Up to [`POLL_BATCH`] records from the consumer, the first waited for up to `timeout`;
+    /// ends early when the consumer has none, or when the second stage is due to read again.
+    /// The member is locked per record, not per batch: the consumer's poll runs the rebalance
+    /// callbacks, which lock it themselves.
+    fn poll_batch(&mut self, tailing: bool, timeout: Duration) -> Result<(), RunError> {
         for i in 0..POLL_BATCH {
-            let msg = member.idle.poll(
-                &member.consumer,
-                if i == 0 { timeout } else { Duration::ZERO },
-            );
-            let mut c = core.lock().expect("lock");
-            if let Some(e) = c.take_fatal() {
-                result = Err(e);
-                break 'run;
-            }
+            let wait = if i == 0 { timeout } else { Duration::ZERO };
+            let msg = self.member.idle.poll(&self.member.consumer, wait);
             let idle = msg.is_none();
+            let mut c = self.core.lock().expect("lock");
+            if let Some(e) = c.take_fatal() {
+                return Err(e);
+            }
             let step = match msg {
                 Some(Ok(m)) => c.on_message(&m),
-                Some(Err(e)) => match member.consumer.client().fatal_error() {
-                    // Fencing of a static member by a newer one with the same
-                    // group.instance.id, or another fatal consumer error: stop, as for a fatal
-                    // producer error.
-                    Some((code, reason)) => Err(CycleError::Fatal(Cause::found(format!(
-                        "fatal consumer error {code:?}: {reason} ({e})"
-                    )))),
-                    None => {
-                        tracing::warn!("consumer: {e}");
-                        member.note_consumer_error(&e);
-                        Ok(())
-                    }
-                },
+                Some(Err(e)) => consumer_error(&mut self.member, e),
                 None => c.on_tick(),
             };
             // The clock is read every CLOCK_EVERY records (and when there are none): reading it
             // after each record showed in profiles.
             let look_at_clock = idle || i % CLOCK_EVERY == CLOCK_EVERY - 1;
-            if let Err(e) = c.settle(&member.consumer, step, look_at_clock) {
-                result = Err(e);
-                break 'run;
-            }
-            if idle || (tailing && look_at_clock && last_tail.elapsed() >= TAIL_EVERY) {
+            c.settle(&self.member.consumer, step, look_at_clock)?;
+            if idle || (tailing && look_at_clock && self.last_tail.elapsed() >= TAIL_EVERY) {
                 break;
             }
         }
+        Ok(())
     }
-    member.leave(result, &stop)
+}
+
+/// What an error the consumer hands over means: a fatal one (fencing of a static member by a
+/// newer one with the same `group.instance.id`, among others) stops the member, as a fatal
+/// producer error does; any other is logged and noted.
+fn consumer_error(
+    member: &mut Membership,
+    e: rdkafka::error::KafkaError,
+) -> Result<(), CycleError> {
+    match member.consumer.client().fatal_error() {
+        Some((code, reason)) => Err(CycleError::Fatal(Cause::found(format!(
+            "fatal consumer error {code:?}: {reason} ({e})"
+        )))),
+        None => {
+            tracing::warn!("consumer: {e}");
+            member.note_consumer_error(&e);
+            Ok(())
+        }
+    }
 }

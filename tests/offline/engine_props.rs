@@ -178,24 +178,23 @@ fn reopening<S: StateBackend + Clone + 'static>(
 
 #[test]
 fn a_cache_bounded_in_bytes_evicts_after_a_flush_and_gives_the_same_panes() {
-    let s = spec(
-        "type = \"tumbling\"\nsize = \"100ms\"",
-        "",
-        "",
-        EVERY,
-    );
+    let s = spec("type = \"tumbling\"\nsize = \"100ms\"", "", "", EVERY);
     let run = |limits: CacheLimits| {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open(dir.path()).unwrap();
-        let mut e = Engine::open_with_layout(&s.engine, &store, 0, Layout::PerWindow, limits)
-            .unwrap();
+        let mut e =
+            Engine::open_with_layout(&s.engine, &store, 0, Layout::PerWindow, limits).unwrap();
         let (mut panes, mut figures) = (Vec::new(), Vec::new());
         for round in 0..20i64 {
             for key in 0..50 {
                 for j in 0..5 {
                     let values = vec![Value::Float((round * 7 + key * 3 + j) as f64)];
-                    e.process(&Event { key: format!("k{key}"), ts: round * 10 + j, values })
-                        .unwrap();
+                    e.process(&Event {
+                        key: format!("k{key}"),
+                        ts: round * 10 + j,
+                        values,
+                    })
+                    .unwrap();
                 }
             }
             e.flush().unwrap();
@@ -207,7 +206,10 @@ fn a_cache_bounded_in_bytes_evicts_after_a_flush_and_gives_the_same_panes() {
         (rounded(panes), figures)
     };
     let (free, free_figures) = run(CacheLimits::keys(1 << 20));
-    let (bounded, bounded_figures) = run(CacheLimits { keys: 1 << 20, bytes: 16 * 1024 });
+    let (bounded, bounded_figures) = run(CacheLimits {
+        keys: 1 << 20,
+        bytes: 16 * 1024,
+    });
     assert!(!free.is_empty());
     assert_eq!(sorted(bounded), sorted(free));
     // Unbounded, the cache holds every key and measures them; bounded, it was over its bytes
@@ -217,7 +219,10 @@ fn a_cache_bounded_in_bytes_evicts_after_a_flush_and_gives_the_same_panes() {
     assert!(last.bytes > 50 * 200 && last.largest_key > 200, "{last:?}");
     let last = bounded_figures.last().unwrap();
     assert!(last.evictions >= 10, "{bounded_figures:?}");
-    assert!(bounded_figures.iter().all(|f| f.bytes <= 16 * 1024), "{bounded_figures:?}");
+    assert!(
+        bounded_figures.iter().all(|f| f.bytes <= 16 * 1024),
+        "{bounded_figures:?}"
+    );
 }
 
 proptest! {
