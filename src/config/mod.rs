@@ -568,7 +568,10 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The file is not TOML, or an environment override does not apply.
+    /// The file is not TOML.
+    #[error("{0}")]
+    Toml(#[from] toml::de::Error),
+    /// An environment override does not apply.
     #[error("{0}")]
     Parse(String),
     /// The configuration parsed but breaks rules; every violation is listed.
@@ -591,8 +594,7 @@ pub fn parse_raw(
     text: &str,
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<RawConfig, ConfigError> {
-    let mut tree: toml::Table =
-        toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+    let mut tree: toml::Table = toml::from_str(text)?;
     let mut overrides: Vec<(String, String)> = env
         .into_iter()
         .filter(|(k, _)| k.starts_with(ENV_PREFIX))

@@ -56,7 +56,10 @@ impl AvroEncoder {
             }
             _ => None,
         }
-        .ok_or_else(|| AvroError::Schema("dead_letter.avsc".into(), "no reason enum".into()))?;
+        .ok_or_else(|| AvroError::SchemaShape {
+            what: "dead_letter.avsc".into(),
+            detail: "no reason enum".into(),
+        })?;
         Ok(AvroEncoder {
             pane_schema: parse_schema("window_result.avsc", WINDOW_RESULT_SCHEMA)?,
             dead_letter_schema,
@@ -119,7 +122,7 @@ impl AvroEncoder {
             .iter()
             .position(|r| *r == d.reason)
             .ok_or_else(|| {
-                AvroError::Encode(format!("reason {:?} is not in dead_letter.avsc", d.reason))
+                AvroError::NotInSchema(format!("reason {:?} is not in dead_letter.avsc", d.reason))
             })? as u32;
         let opt_long = |v: Option<i64>, ts: bool| match v {
             Some(x) if ts => Value::Union(1, Box::new(Value::TimestampMillis(x))),

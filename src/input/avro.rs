@@ -59,19 +59,39 @@ pub struct AvroInputSpec {
 #[derive(Debug, thiserror::Error)]
 pub enum AvroError {
     /// A schema does not parse.
-    #[error("schema {0}: {1}")]
-    Schema(String, String),
+    #[error("schema {what}: {source}")]
+    Schema {
+        /// Which schema.
+        what: String,
+        /// Why it does not parse.
+        #[source]
+        source: Box<apache_avro::Error>,
+    },
+    /// A schema parses but lacks what tidemark needs of it.
+    #[error("schema {what}: {detail}")]
+    SchemaShape {
+        /// Which schema.
+        what: String,
+        /// What it lacks.
+        detail: String,
+    },
     /// The registry cannot be reached or answered with an error.
     #[error("schema registry {0}: {1}")]
     Registry(String, String),
     /// A pane or envelope could not be encoded (a bug: the values are built from the schema).
     #[error("encoding: {0}")]
-    Encode(String),
+    Encode(#[source] Box<apache_avro::Error>),
+    /// A value to encode is not among the schema's symbols.
+    #[error("encoding: {0}")]
+    NotInSchema(String),
 }
 
 /// Parses a schema text, naming `what` in the error.
 pub fn parse_schema(what: &str, text: &str) -> Result<Schema, AvroError> {
-    Schema::parse_str(text).map_err(|e| AvroError::Schema(what.to_string(), e.to_string()))
+    Schema::parse_str(text).map_err(|e| AvroError::Schema {
+        what: what.to_string(),
+        source: Box::new(e),
+    })
 }
 
 /// Checks the pipeline's fields against the reader schema: every path an expression reads
@@ -493,10 +513,10 @@ pub fn encode_value(schema: &Schema, id: Option<u32>, value: Value) -> Result<Ve
     }
     let writer = GenericDatumWriter::builder(schema)
         .build()
-        .map_err(|e| AvroError::Encode(e.to_string()))?;
+        .map_err(|e| AvroError::Encode(Box::new(e)))?;
     writer
         .write_value(&mut out, value)
-        .map_err(|e| AvroError::Encode(e.to_string()))?;
+        .map_err(|e| AvroError::Encode(Box::new(e)))?;
     Ok(out)
 }
 

@@ -61,7 +61,6 @@ impl RawClient {
         Req: Encodable + HeaderVersion,
         Resp: Decodable + HeaderVersion,
     {
-        let proto = |e: anyhow::Error| RawLogError::Protocol(e.to_string());
         self.correlation += 1;
         let header = RequestHeader::default()
             .with_request_api_key(key as i16)
@@ -71,8 +70,9 @@ impl RawClient {
         let mut body = BytesMut::new();
         header
             .encode(&mut body, Req::header_version(version))
-            .map_err(proto)?;
-        req.encode(&mut body, version).map_err(proto)?;
+            .map_err(RawLogError::codec("request header"))?;
+        req.encode(&mut body, version)
+            .map_err(RawLogError::codec("request"))?;
         let mut frame = BytesMut::with_capacity(body.len() + 4);
         frame.put_i32(body.len() as i32);
         frame.extend_from_slice(&body);
@@ -87,14 +87,15 @@ impl RawClient {
         let mut buf = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
         self.stream.read_exact(&mut buf).map_err(io)?;
         let mut buf = Bytes::from(buf);
-        let rh = ResponseHeader::decode(&mut buf, Resp::header_version(version)).map_err(proto)?;
+        let rh = ResponseHeader::decode(&mut buf, Resp::header_version(version))
+            .map_err(RawLogError::codec("response header"))?;
         if rh.correlation_id != self.correlation {
             return Err(RawLogError::Protocol(format!(
                 "correlation id {} does not match request {}",
                 rh.correlation_id, self.correlation
             )));
         }
-        Resp::decode(&mut buf, version).map_err(proto)
+        Resp::decode(&mut buf, version).map_err(RawLogError::codec("response"))
     }
 }
 

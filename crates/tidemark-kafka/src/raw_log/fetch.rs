@@ -192,8 +192,8 @@ pub(super) fn each_new_record(
     mut f: impl FnMut(Record),
 ) -> Result<(), RawLogError> {
     while bytes.has_remaining() {
-        let set = RecordBatchDecoder::decode(&mut bytes)
-            .map_err(|e| RawLogError::Protocol(format!("record batch: {e}")))?;
+        let set =
+            RecordBatchDecoder::decode(&mut bytes).map_err(RawLogError::codec("record batch"))?;
         for r in set.records {
             if r.offset >= *offset {
                 *offset = r.offset + 1;

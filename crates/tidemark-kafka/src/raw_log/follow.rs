@@ -254,7 +254,7 @@ impl Following {
                     if let Some(mut bytes) = fp.records {
                         'batches: while bytes.has_remaining() {
                             let set = RecordBatchDecoder::decode(&mut bytes)
-                                .map_err(|e| RawLogError::Protocol(format!("record batch: {e}")))?;
+                                .map_err(RawLogError::codec("record batch"))?;
                             for r in set.records {
                                 if r.offset < part.fetch_offset {
                                     continue;

@@ -51,7 +51,16 @@ pub enum RawLogError {
         /// The error.
         source: std::io::Error,
     },
-    /// A request or response could not be encoded or decoded.
+    /// A request that does not encode, or a response or record batch that does not decode.
+    #[error("protocol: {what}: {source}")]
+    Codec {
+        /// What was being encoded or decoded.
+        what: &'static str,
+        /// The codec's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The broker's answer decodes but does not fit what was asked.
     #[error("protocol: {0}")]
     Protocol(String),
     /// The broker answered with an error code.
@@ -62,6 +71,16 @@ pub enum RawLogError {
         /// What was asked.
         what: String,
     },
+}
+
+impl RawLogError {
+    /// A codec error of the protocol crate while encoding or decoding `what`.
+    pub(crate) fn codec(what: &'static str) -> impl Fn(anyhow::Error) -> RawLogError {
+        move |e| RawLogError::Codec {
+            what,
+            source: e.into(),
+        }
+    }
 }
 
 /// One record as read from the raw log.

@@ -49,9 +49,8 @@ pub(super) fn data_after(
                         let mut look = Look::new(p, offset);
                         if let Some(mut bytes) = fp.records {
                             while bytes.has_remaining() && !look.committed {
-                                let set = RecordBatchDecoder::decode(&mut bytes).map_err(|e| {
-                                    RawLogError::Protocol(format!("record batch: {e}"))
-                                })?;
+                                let set = RecordBatchDecoder::decode(&mut bytes)
+                                    .map_err(RawLogError::codec("record batch"))?;
                                 set.records.into_iter().for_each(|r| look.see(r));
                             }
                         }
