@@ -123,6 +123,7 @@ impl Aggregate for Distinct {
         Box::new(Counts {
             kept: Kept::Counts(BTreeMap::new()),
             dropped: 0,
+            heap: 0,
             k: self.k,
             max: self.max_values,
         })
@@ -140,9 +141,14 @@ impl Aggregate for Distinct {
             }
             _ => return None,
         };
+        let heap = match &kept {
+            Kept::Counts(c) => heap_of(c),
+            Kept::Sketch(_) => 0,
+        };
         let st = Counts {
             kept,
             dropped,
+            heap,
             k: self.k,
             max: self.max_values,
         };
@@ -176,8 +182,16 @@ struct Counts {
     /// For `top_k` past its bound: the most any kept count can be below the true one (what the
     /// summary subtracted from every counter).
     dropped: u64,
+    /// The heap bytes of the kept values, kept as they change, so that measuring a state does
+    /// not walk it (0 for a sketch).
+    heap: usize,
     k: Option<u32>,
     max: u32,
+}
+
+/// The heap bytes of the values of `counts`.
+fn heap_of(counts: &BTreeMap<Scalar, u64>) -> usize {
+    counts.keys().map(Scalar::heap_size).sum()
 }
 
 impl Counts {
@@ -203,6 +217,7 @@ impl Counts {
                 sketch.add(&v.to_value(), 0);
             }
             self.kept = Kept::Sketch(sketch);
+            self.heap = 0;
             return;
         }
         // Misra–Gries: subtract the (max+1)-th largest count from every counter and keep those
@@ -211,8 +226,12 @@ impl Counts {
         let at = self.max as usize;
         let (_, cut, _) = sizes.select_nth_unstable_by(at, |a, b| b.cmp(a));
         let cut = *cut;
-        counts.retain(|_, n| {
+        let heap = &mut self.heap;
+        counts.retain(|v, n| {
             *n = n.saturating_sub(cut);
+            if *n == 0 {
+                *heap -= v.heap_size();
+            }
             *n > 0
         });
         self.dropped += cut;
@@ -230,7 +249,9 @@ impl State for Counts {
         match counts.get_mut(&s as &dyn ScalarKey) {
             Some(n) => *n += 1,
             None => {
-                counts.insert(s.to_scalar(), 1);
+                let kept = s.to_scalar();
+                self.heap += kept.heap_size();
+                counts.insert(kept, 1);
                 self.bound();
             }
         }
@@ -242,7 +263,13 @@ impl State for Counts {
         match (&mut self.kept, &other.kept) {
             (Kept::Counts(mine), Kept::Counts(theirs)) => {
                 for (v, n) in theirs {
-                    *mine.entry(v.clone()).or_insert(0) += n;
+                    match mine.get_mut(v) {
+                        Some(c) => *c += n,
+                        None => {
+                            self.heap += v.heap_size();
+                            mine.insert(v.clone(), *n);
+                        }
+                    }
                 }
                 self.bound();
             }
@@ -257,6 +284,7 @@ impl State for Counts {
                     sketch.add(&v.to_value(), 0);
                 }
                 self.kept = Kept::Sketch(sketch);
+                self.heap = 0;
             }
             (Kept::Sketch(mine), Kept::Sketch(theirs)) => mine.merge(theirs),
         }
@@ -312,10 +340,9 @@ impl State for Counts {
                 Kept::Sketch(s) => s.size(),
                 // A B-tree node holds up to 11 entries; a third of the slots are empty on
                 // average, hence the 3/2.
-                Kept::Counts(c) => c
-                    .keys()
-                    .map(|v| (std::mem::size_of::<Scalar>() + 8) * 3 / 2 + v.heap_size())
-                    .sum(),
+                Kept::Counts(c) => {
+                    c.len() * (std::mem::size_of::<Scalar>() + 8) * 3 / 2 + self.heap
+                }
             }
     }
 }

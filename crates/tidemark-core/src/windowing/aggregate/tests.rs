@@ -225,6 +225,8 @@ proptest! {
             let bytes = enc(&acc);
             let back = Acc::decode(&aggs, &mut &bytes[..], false).expect("decodes");
             prop_assert_eq!(enc(&back), bytes);
+            // The size kept as values come and go is the size of what is kept.
+            prop_assert_eq!(back.size(), acc.size());
         }
     }
 }
