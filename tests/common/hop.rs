@@ -307,6 +307,11 @@ pub fn crossed(
 ) -> Result<(usize, usize, usize), tidemark::kafka::raw_log::RawLogError> {
     use tidemark::format::repartition::{decode, HopRecord};
     let log = tidemark::kafka::raw_log::read_topic(broker, "hop-repartition")?;
+    if let Some((p, start)) = log.starts.iter().find(|(_, s)| **s > 0) {
+        return Err(tidemark::kafka::raw_log::RawLogError::Protocol(format!(
+            "hop-repartition/{p} begins at {start}: its head was deleted"
+        )));
+    }
     let (mut events, mut partials, mut folded) = (0, 0, 0);
     for r in &log.committed {
         match decode(r.key.as_deref(), r.value.as_deref().unwrap_or_default()) {

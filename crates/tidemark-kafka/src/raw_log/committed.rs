@@ -45,12 +45,16 @@ pub(super) fn topic_log(cluster: &mut Cluster, topic: &str) -> Result<TopicLog, 
     let mut log = TopicLog::default();
     for (p, addr) in cluster.refresh(topic)?.clone() {
         let client = cluster.client(&addr)?;
-        let part = resolve(client, topic, p, 0)?;
+        // From where the log begins: a topic whose head a retention or DeleteRecords removed
+        // (the repartition topic's consumed records, say) is read from what is left.
+        let start = log_start(client, topic, p)?;
+        log.starts.insert(p, start);
+        let part = resolve(client, topic, p, start)?;
         log.aborted += part.aborted_offsets.len();
         log.open += part.open;
         log.committed.extend(part.committed);
         if !part.aborted_offsets.is_empty() {
-            let (served, broker_aborted) = fetch_partition(client, topic, p, 1, 0)?;
+            let (served, broker_aborted) = fetch_partition(client, topic, p, 1, start)?;
             let hidden_by_list = |offset: i64, pid: i64| {
                 broker_aborted
                     .iter()

@@ -155,6 +155,45 @@ pub(super) fn fetch_responses(
     }
 }
 
+/// Where partition `partition` of `topic` begins: its log start offset, past any records a
+/// retention or a DeleteRecords removed (ListOffsets for the earliest offset).
+pub(super) fn log_start(
+    client: &mut RawClient,
+    topic: &str,
+    partition: i32,
+) -> Result<i64, RawLogError> {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+    /// The timestamp that asks for the earliest offset.
+    const EARLIEST: i64 = -2;
+    const LIST_OFFSETS_VERSION: i16 = 2;
+    let req = ListOffsetsRequest::default()
+        .with_replica_id((-1).into())
+        .with_isolation_level(0)
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(partition)
+                .with_timestamp(EARLIEST)])]);
+    let resp: ListOffsetsResponse =
+        client.request(ApiKey::ListOffsets, LIST_OFFSETS_VERSION, &req)?;
+    let answer = resp
+        .topics
+        .into_iter()
+        .flat_map(|t| t.partitions)
+        .find(|p| p.partition_index == partition);
+    match answer {
+        Some(p) if p.error_code == 0 => Ok(p.offset.max(0)),
+        Some(p) => Err(RawLogError::Broker {
+            code: p.error_code,
+            what: format!("list offsets {topic}/{partition} (earliest)"),
+        }),
+        None => Err(RawLogError::Protocol(format!(
+            "list offsets of {topic}/{partition} was answered without that partition"
+        ))),
+    }
+}
+
 /// The partition answers of a fetch of `topic`'s partition `partition` at `offset`, or the first
 /// error the answer carries (for the whole request or for a partition).
 pub(super) fn fetched_partitions(

@@ -160,6 +160,9 @@ pub struct TopicLog {
     pub open: usize,
     /// Aborted records the broker served to a read_committed fetch.
     pub aborted_served_to_read_committed: usize,
+    /// Per partition, the offset its log begins at (above 0 when a retention or DeleteRecords
+    /// removed its head; the read starts there).
+    pub starts: BTreeMap<i32, i64>,
 }
 
 /// One partition's log from some offset on, with its transactions resolved.
