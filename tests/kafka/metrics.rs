@@ -118,8 +118,11 @@ address = "127.0.0.1:{port}"
     // Wait until every record is counted, then a little longer for the idle watermark to close
     // the last windows and for the consumer statistics to report.
     let deadline = Instant::now() + Duration::from_secs(60);
+    // The most window state the partitions were seen holding in memory while records came.
+    let mut cache_seen = 0.0f64;
     let m = loop {
         let m = parse(&get(port, "/metrics").unwrap().1);
+        cache_seen = cache_seen.max(sum(&m, "tidemark_state_cache_bytes"));
         if sum(&m, "tidemark_records_in_total") as u64 >= EVENTS {
             break m;
         }
@@ -164,6 +167,16 @@ address = "127.0.0.1:{port}"
     let entries = series(&m, "tidemark_state_entries");
     assert_eq!(entries.len(), PARTITIONS as usize, "{entries:?}");
     assert!(entries.iter().any(|(_, v)| *v > 0.0), "{entries:?}");
+    // The cache's own measure of the window state each partition holds, and its largest key:
+    // some while records came (by now every window may have fired and been dropped).
+    for name in [
+        "tidemark_state_cache_bytes",
+        "tidemark_state_largest_key_bytes",
+    ] {
+        let s = series(&m, name);
+        assert_eq!(s.len(), PARTITIONS as usize, "{name}: {s:?}");
+    }
+    assert!(cache_seen > 0.0, "no window state was ever measured");
     // A fresh member restores every partition from an empty changelog.
     let restored = series(&m, "tidemark_restore_records_total");
     assert_eq!(restored.len(), PARTITIONS as usize, "{restored:?}");
@@ -195,15 +208,38 @@ address = "127.0.0.1:{port}"
         panes,
         "panes counted vs committed"
     );
-    let on_time = m[r#"tidemark_panes_total{timing="ON_TIME"}"#];
-    assert!(on_time > 0.0 && on_time <= panes);
+    // Per timing and per reason, the counters equal what committed.
+    let committed_panes = common::committed_values(&broker.addr, "panes");
+    for timing in ["EARLY", "ON_TIME", "LATE"] {
+        let want = committed_panes
+            .iter()
+            .filter(|p| p.contains(&format!("\"timing\":\"{timing}\"")))
+            .count() as f64;
+        let key = format!("tidemark_panes_total{{timing=\"{timing}\"}}");
+        assert_eq!(m.get(&key).copied().unwrap_or(0.0), want, "{key}");
+    }
+    assert!(m[r#"tidemark_panes_total{timing="ON_TIME"}"#] > 0.0);
+    let committed_dead: Vec<String> = tidemark::kafka::raw_log::read_topic(&broker.addr, "dead")
+        .unwrap()
+        .committed
+        .iter()
+        .map(|r| {
+            tidemark::format::dead_letter::DeadLetter::from_record(r)
+                .expect("a dead letter")
+                .reason
+        })
+        .collect();
     assert_eq!(
         sum(&m, "tidemark_dead_letters_total"),
         dead,
         "dead letters counted vs committed"
     );
-    assert!(m[r#"tidemark_dead_letters_total{reason="malformed"}"#] > 0.0);
-    assert!(m[r#"tidemark_dead_letters_total{reason="late"}"#] > 0.0);
+    for reason in ["malformed", "late"] {
+        let want = committed_dead.iter().filter(|d| *d == reason).count() as f64;
+        let key = format!("tidemark_dead_letters_total{{reason=\"{reason}\"}}");
+        assert!(want > 0.0, "the scenario has {reason} records");
+        assert_eq!(m[&key], want, "{key}");
+    }
     let out_dead: f64 = series(&m, "tidemark_records_out_total")
         .iter()
         .filter(|(s, _)| s.contains(r#"topic="dead""#))
