@@ -181,7 +181,7 @@ pub const BUCKETS: &[f64] = &[
 pub enum MetricsError {
     /// The recorder could not be built or installed (a second install in one process).
     #[error("installing the Prometheus recorder: {0}")]
-    Install(String),
+    Install(#[source] metrics_exporter_prometheus::BuildError),
     /// The address could not be bound.
     #[error("serving metrics on {0}: {1}")]
     Bind(String, std::io::Error),
@@ -356,9 +356,9 @@ pub fn install(addr: SocketAddr, health: Arc<Health>) -> Result<SocketAddr, Metr
         .map_err(|e| MetricsError::Bind(addr.to_string(), e))?;
     let handle = PrometheusBuilder::new()
         .set_buckets(BUCKETS)
-        .map_err(|e| MetricsError::Install(e.to_string()))?
+        .map_err(MetricsError::Install)?
         .install_recorder()
-        .map_err(|e| MetricsError::Install(e.to_string()))?;
+        .map_err(MetricsError::Install)?;
     describe();
     std::thread::Builder::new()
         .name("tidemark-metrics".into())

@@ -26,6 +26,7 @@
 //! a partition that is slow rather than ownerless (a long restore) is not rebalanced again and
 //! again.
 
+use super::errors::Cause;
 use crate::config::KafkaSpec;
 use crate::kafka::group::{
     parse_assignment, unowned, BlindWatch, StallWatch, Standing, Verdict, WedgeWatch,
@@ -81,16 +82,16 @@ impl Watchdog {
         k: &KafkaSpec,
         topics: Vec<String>,
         owned_here: Held,
-    ) -> Result<Watchdog, String> {
+    ) -> Result<Watchdog, Cause> {
         if k.log_membership {
             // No consumer group to watch: the roster judges who is live (`super::roster`).
-            return Err("membership from the log".into());
+            return Err(Cause::found("membership from the log"));
         }
         Self::try_start(k, topics, owned_here)
             .inspect_err(|e| tracing::warn!("{e}: running without the group watchdog"))
     }
 
-    fn try_start(k: &KafkaSpec, topics: Vec<String>, owned_here: Held) -> Result<Watchdog, String> {
+    fn try_start(k: &KafkaSpec, topics: Vec<String>, owned_here: Held) -> Result<Watchdog, Cause> {
         let session = k
             .properties
             .get("session.timeout.ms")
@@ -102,7 +103,7 @@ impl Watchdog {
         let client: BaseConsumer = crate::clients::base_config(k)
             .set("group.id", &k.application_id)
             .create()
-            .map_err(|e| format!("creating the group watchdog's client: {e}"))?;
+            .map_err(|e| Cause::kafka("creating the group watchdog's client", e))?;
         let rejoin = Arc::new(AtomicU32::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let group = k.application_id.clone();
@@ -121,7 +122,7 @@ impl Watchdog {
                 };
                 watch(watched, bound_ms, r, s)
             })
-            .map_err(|e| format!("starting the group watchdog: {e}"))?;
+            .map_err(|e| Cause::part("starting the group watchdog", e))?;
         Ok(Watchdog {
             rejoin,
             stop,

@@ -15,9 +15,30 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Why a roster could not start or write.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct MembersError(pub String);
+#[derive(Debug, thiserror::Error)]
+pub enum MembersError {
+    /// The producer that writes heartbeats and claims could not be created.
+    #[error("creating the membership producer: {0}")]
+    Producer(#[source] rdkafka::error::KafkaError),
+    /// The membership topic could not be read.
+    #[error("reading {topic}: {source}")]
+    Read {
+        /// The topic.
+        topic: String,
+        /// Why.
+        #[source]
+        source: crate::raw_log::RawLogError,
+    },
+    /// A record could not be written to the membership topic.
+    #[error("writing to {topic}: {source}")]
+    Write {
+        /// The topic.
+        topic: String,
+        /// Why.
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
+}
 
 /// How often a member writes its heartbeat.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
@@ -56,12 +77,13 @@ impl Roster {
     ) -> Result<Roster, MembersError> {
         producer.set("acks", "all");
         producer.set("linger.ms", "0");
-        let producer: BaseProducer = producer.create().map_err(|e| MembersError(e.to_string()))?;
-        let mut reader = LogReader::connect(bootstrap)
-            .map_err(|e| MembersError(format!("reading {topic}: {e}")))?;
-        let (mut records, next) = reader
-            .raw(topic, 0, 0)
-            .map_err(|e| MembersError(format!("reading {topic}: {e}")))?;
+        let producer: BaseProducer = producer.create().map_err(MembersError::Producer)?;
+        let read = |source| MembersError::Read {
+            topic: topic.to_string(),
+            source,
+        };
+        let mut reader = LogReader::connect(bootstrap).map_err(read)?;
+        let (mut records, next) = reader.raw(topic, 0, 0).map_err(read)?;
         records.retain(|r| r.is_data());
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -95,12 +117,12 @@ impl Roster {
             .partition(0)
             .key(key)
             .payload(value);
-        self.producer
-            .send(record)
-            .map_err(|(e, _)| MembersError(format!("writing to {}: {e}", self.topic)))?;
-        self.producer
-            .flush(Duration::from_secs(10))
-            .map_err(|e| MembersError(format!("writing to {}: {e}", self.topic)))
+        let write = |source| MembersError::Write {
+            topic: self.topic.clone(),
+            source,
+        };
+        self.producer.send(record).map_err(|(e, _)| write(e))?;
+        self.producer.flush(Duration::from_secs(10)).map_err(write)
     }
 
     /// Writes this process's heartbeat.
