@@ -194,6 +194,11 @@ dead_letter_topic = "clicks-dead"
 fn a_kafka_section_validates_with_defaults() {
     let text = format!("{GOOD}{KAFKA}");
     let (spec, _) = parse_raw(&text, no_env()).unwrap().validate().unwrap();
+    // The engine's cache takes its bytes from the Kafka section, default or set.
+    assert_eq!(spec.engine.cache.bytes, 64 << 20);
+    let set = text.replace("[kafka]\n", "[kafka]\ncache_memory = \"8MiB\"\n");
+    let (set, _) = parse_raw(&set, no_env()).unwrap().validate().unwrap();
+    assert_eq!(set.engine.cache.bytes, 8 << 20);
     let k = spec.kafka.unwrap();
     assert_eq!(k.application_id, "clicks");
     assert_eq!(k.changelog_topic, "clicks-changelog");

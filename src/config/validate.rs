@@ -51,7 +51,11 @@ impl RawConfig {
         let (Some(window), Some(timing), Some(input)) = (window, timing, input) else {
             unreachable!("every None above recorded a violation")
         };
-        let engine = timing.into_engine(self.name.clone(), window, aggregations);
+        let mut engine = timing.into_engine(self.name.clone(), window, aggregations);
+        let kafka = kafka.flatten();
+        if let Some(k) = &kafka {
+            engine.cache.bytes = k.cache_memory;
+        }
         if self.kafka.as_ref().and_then(|k| k.combine) == Some(true) {
             if let Some(why) = crate::windowing::fold::unsupported(&engine) {
                 c.warnings.push(format!(
@@ -63,7 +67,7 @@ impl RawConfig {
             PipelineSpec {
                 input,
                 engine,
-                kafka: kafka.flatten(),
+                kafka,
                 metrics_address,
                 avro_input: avro_input.flatten(),
                 output_format: output_format.unwrap_or(OutputFormat::Json),

@@ -179,8 +179,6 @@ pub fn run(
     stop: Arc<Stop>,
 ) -> Result<(), RunError> {
     let k = spec.kafka.clone().ok_or(RunError::NoKafka)?;
-    let mut spec = spec;
-    spec.engine.cache.bytes = k.cache_memory;
     let layout = ensure_topics(&k, mode)?;
     let topology = match mode {
         Mode::Passthrough => Topology::Passthrough,
