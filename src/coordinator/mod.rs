@@ -294,7 +294,7 @@ impl Loop {
     /// One turn; an error stops the member.
     fn turn(&mut self) -> Result<(), RunError> {
         self.member.rejoin_if_asked()?;
-        let tailing = self.lock().is_reading_repartition();
+        let tailing = self.core.lock().expect("lock").is_reading_repartition();
         if tailing && (self.tail_busy || self.last_tail.elapsed() >= TAIL_EVERY) {
             self.read_repartition()?;
         }
@@ -306,10 +306,6 @@ impl Loop {
             self.poll
         };
         self.poll_batch(tailing, timeout)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Core> {
-        self.core.lock().expect("lock")
     }
 
     /// The second stage reads what committed on its repartition partitions since it last read.
