@@ -10,7 +10,7 @@
 //! `tidemark.epoch` header are of epoch 0. It also counts the aborted records the broker serves to a
 //! `read_committed` fetch anyway.
 
-use crate::format::dead_letter::DeadLetter;
+use crate::format::dead_letter::{DeadLetter, REASON_HEADER};
 use crate::format::epoch_of;
 use crate::format::pane::{DEDUP_ID_HEADER, PANE_INDEX_HEADER};
 use crate::kafka::raw_log::RawRecord;
@@ -86,23 +86,34 @@ pub struct DeadLetterReport {
     pub not_dead_letters: usize,
 }
 
-/// Checks committed dead-letter records: each source record (topic, partition, offset) must be
-/// dead-lettered at most once.
+/// Checks committed dead-letter records: each source record (topic, partition, offset), and each
+/// pane too large to write (dedup id, pane index), must be dead-lettered at most once per epoch.
 pub fn check_dead_letters(committed: &[RawRecord]) -> DeadLetterReport {
     let mut report = DeadLetterReport::default();
     let mut seen: BTreeMap<(String, i32, i64, u64), usize> = BTreeMap::new();
     for r in committed {
-        match DeadLetter::from_record(r) {
-            Some(d) => {
-                report.dead_letters += 1;
-                *report.by_reason.entry(d.reason).or_default() += 1;
-                *report.by_epoch.entry(d.epoch).or_default() += 1;
-                *seen
-                    .entry((d.topic, d.partition, d.offset, d.epoch))
-                    .or_default() += 1;
-            }
-            None => report.not_dead_letters += 1,
-        }
+        // A pane too large to write is dead-lettered under its own headers: its dedup id and
+        // pane index stand for the source coordinates.
+        let pane = || {
+            let reason = r.header(REASON_HEADER)?;
+            let dedup = r.header(DEDUP_ID_HEADER)?;
+            let index = r.header(PANE_INDEX_HEADER)?.parse::<i64>().ok()?;
+            Some((reason.to_string(), format!("pane {dedup}"), index))
+        };
+        let (reason, at, epoch) = match DeadLetter::from_record(r) {
+            Some(d) => (d.reason, (d.topic, d.partition, d.offset), d.epoch),
+            None => match pane() {
+                Some((reason, dedup, index)) => (reason, (dedup, -1, index), epoch_of(r)),
+                None => {
+                    report.not_dead_letters += 1;
+                    continue;
+                }
+            },
+        };
+        report.dead_letters += 1;
+        *report.by_reason.entry(reason).or_default() += 1;
+        *report.by_epoch.entry(epoch).or_default() += 1;
+        *seen.entry((at.0, at.1, at.2, epoch)).or_default() += 1;
     }
     report.duplicates = seen
         .into_iter()

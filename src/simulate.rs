@@ -26,6 +26,7 @@
 //! dead letter that also keeps its bytes (`original_base64`).
 
 use crate::config::PipelineSpec;
+use crate::format::dead_letter::pane_too_large;
 use crate::format::pane::{self, KeyShape};
 use crate::input::avro::SchemaRegistry;
 use crate::input::decode::Decoder;
@@ -258,49 +259,18 @@ pub fn run_inputs<S: StateBackend + Clone + 'static>(
     let several = inputs.len() > 1;
     // No future-timestamp guard: the simulated clock starts at 0.
     let mut step = Step::open(&spec.engine, store, 0, &names, None, 0)?;
-    let aggregations = (
-        spec.engine.aggregations.as_slice(),
-        KeyShape::of(spec.input.key.len()),
-    );
+    let mut out = Out {
+        panes,
+        dead_letters,
+        several,
+        aggregations: &spec.engine.aggregations,
+        shape: KeyShape::of(spec.input.key.len()),
+        record_bytes: spec.record_bytes,
+    };
     let mut summary = Summary::default();
     let mut now: i64 = 0;
     let mut line_numbers = vec![0u64; inputs.len()];
     let mut ended = vec![false; inputs.len()];
-
-    let mut dead = |summary: &mut Summary,
-                    input: &str,
-                    line_no: u64,
-                    line: &str,
-                    r: Rejection,
-                    extra: Value|
-     -> std::io::Result<()> {
-        let mut obj = json!({
-            "reason": r.reason.as_str(),
-            "line": line_no,
-            "watermark": r.watermark,
-            "original": line,
-        });
-        let more = match r.reason {
-            Reason::Late => json!({"event_time": r.event_time, "late_by_ms": r.late_by_ms}),
-            _ => json!({"detail": crate::format::dead_letter::bounded_detail(r.detail)}),
-        };
-        let input = if several {
-            json!({ "input": input })
-        } else {
-            Value::Null
-        };
-        for e in [more, extra, input] {
-            if let (Value::Object(o), Value::Object(e)) = (&mut obj, e) {
-                o.extend(e);
-            }
-        }
-        if r.reason == Reason::Late {
-            summary.late += 1;
-        } else {
-            summary.malformed += 1;
-        }
-        writeln!(dead_letters, "{obj}")
-    };
 
     let mut buf = Vec::new();
     while ended.iter().any(|e| !e) {
@@ -334,7 +304,7 @@ pub fn run_inputs<S: StateBackend + Clone + 'static>(
                                 step.tick(now, true)?
                             }
                         };
-                        write_panes(&mut summary, panes, fired, aggregations)?;
+                        out.panes(&mut summary, fired)?;
                         continue;
                     }
                     Line::Control(Err(detail)) => {
@@ -355,14 +325,14 @@ pub fn run_inputs<S: StateBackend + Clone + 'static>(
                 }
             };
             let is_event = matches!(decoded, Ok(Some(_)));
-            let out = step.record(i, decoded, now)?;
-            if out.filtered {
+            let did = step.record(i, decoded, now)?;
+            if did.filtered {
                 summary.filtered += 1;
             }
-            if let Some(r) = out.rejection {
-                dead(&mut summary, &inputs[i].name, line_no, &line, r, extra)?;
+            if let Some(r) = did.rejection {
+                out.dead(&mut summary, &inputs[i].name, line_no, &line, r, extra)?;
             }
-            write_panes(&mut summary, panes, out.panes, aggregations)?;
+            out.panes(&mut summary, did.panes)?;
             if is_event {
                 summary.events += 1;
                 if summary.events % FLUSH_EVERY == 0 {
@@ -372,22 +342,88 @@ pub fn run_inputs<S: StateBackend + Clone + 'static>(
         }
     }
     let fired = step.finish()?;
-    write_panes(&mut summary, panes, fired, aggregations)?;
+    out.panes(&mut summary, fired)?;
     step.engine_mut().flush()?;
-    panes.flush()?;
-    dead_letters.flush()?;
+    out.panes.flush()?;
+    out.dead_letters.flush()?;
     Ok(summary)
 }
 
-fn write_panes(
-    summary: &mut Summary,
-    out: &mut dyn Write,
-    panes: Vec<Pane>,
-    (aggregations, shape): (&[AggSpec], KeyShape),
-) -> std::io::Result<()> {
-    for p in panes {
-        summary.panes += 1;
-        writeln!(out, "{}", pane::to_json(&p, 0, aggregations, shape))?;
+/// Where a simulation writes: panes and dead letters as JSON lines.
+struct Out<'w> {
+    panes: &'w mut dyn Write,
+    dead_letters: &'w mut dyn Write,
+    /// Whether there are several inputs (dead letters then name theirs).
+    several: bool,
+    aggregations: &'w [AggSpec],
+    shape: KeyShape,
+    /// The bytes one output record may take ([`PipelineSpec::record_bytes`]).
+    record_bytes: usize,
+}
+
+impl Out<'_> {
+    /// Writes the dead letter of line `line_no` of `input`, rejected as `r`, with `extra`
+    /// fields.
+    fn dead(
+        &mut self,
+        summary: &mut Summary,
+        input: &str,
+        line_no: u64,
+        line: &str,
+        r: Rejection,
+        extra: Value,
+    ) -> std::io::Result<()> {
+        let mut obj = json!({
+            "reason": r.reason.as_str(),
+            "line": line_no,
+            "watermark": r.watermark,
+            "original": line,
+        });
+        let more = match r.reason {
+            Reason::Late => json!({"event_time": r.event_time, "late_by_ms": r.late_by_ms}),
+            _ => json!({"detail": crate::format::dead_letter::bounded_detail(r.detail)}),
+        };
+        let input = if self.several {
+            json!({ "input": input })
+        } else {
+            Value::Null
+        };
+        for e in [more, extra, input] {
+            if let (Value::Object(o), Value::Object(e)) = (&mut obj, e) {
+                o.extend(e);
+            }
+        }
+        if r.reason == Reason::Late {
+            summary.late += 1;
+        } else {
+            summary.malformed += 1;
+        }
+        writeln!(self.dead_letters, "{obj}")
     }
-    Ok(())
+
+    /// Writes `panes`; one too large for an output record becomes a `too_large` dead letter
+    /// naming it, as in `run`.
+    fn panes(&mut self, summary: &mut Summary, panes: Vec<Pane>) -> std::io::Result<()> {
+        for p in panes {
+            let line = pane::to_json(&p, 0, self.aggregations, self.shape);
+            let bytes = p.key.len() + line.len();
+            if let Some(detail) = pane_too_large(bytes, self.record_bytes) {
+                summary.malformed += 1;
+                let obj = json!({
+                    "reason": Reason::TooLarge.as_str(),
+                    "detail": detail,
+                    "dedup_id": p.dedup_id.as_str(),
+                    "window_start": p.window.start,
+                    "window_end": p.window.end,
+                    "pane_index": p.pane_index,
+                    "timing": p.timing.as_str(),
+                });
+                writeln!(self.dead_letters, "{obj}")?;
+                continue;
+            }
+            summary.panes += 1;
+            writeln!(self.panes, "{line}")?;
+        }
+        Ok(())
+    }
 }

@@ -6,7 +6,7 @@ use super::{RawConfig, RawWindow};
 use crate::format::pane::RESERVED_FIELDS as RESERVED_PANE_FIELDS;
 use crate::windowing::aggregate::{self, AggSpec, Input, Params};
 use crate::windowing::assigner::WindowKind;
-use crate::windowing::spec::EngineSpec;
+use crate::windowing::spec::{EngineSpec, RecordBudget};
 use crate::windowing::time::format_duration;
 use crate::windowing::trigger::{Accumulation, LateFiring, TriggerSpec};
 use crate::windowing::watermark::WatermarkSpec;
@@ -279,14 +279,26 @@ pub(super) fn validate_timing(cfg: &RawConfig, c: &mut Checker) -> Option<Timing
     })
 }
 
+/// One distinct input expression of the aggregations, as written.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct FieldRead {
+    /// The expression's text.
+    pub text: String,
+    /// Whether an aggregation reads it as a number.
+    pub numeric: bool,
+    /// The longest string an aggregation reading it may keep ([`RecordBudget::longest_value`]).
+    pub longest: Option<usize>,
+}
+
 /// `[[aggregations]]`: the valid aggregations, and the distinct input expressions they
-/// read, as written, each with whether an aggregation reads it as a number (aggregations
-/// refer to them by index; `validate_input` compiles them).
+/// read (aggregations refer to them by index; `validate_input` compiles them). Operations that
+/// keep values get their share of a record of `record_bytes` ([`RecordBudget`]).
 pub(super) fn validate_aggregations(
     cfg: &RawConfig,
+    record_bytes: usize,
     c: &mut Checker,
-) -> (Vec<AggSpec>, Vec<(String, bool)>) {
-    let mut fields: Vec<(String, bool)> = Vec::new();
+) -> (Vec<AggSpec>, Vec<FieldRead>) {
+    let mut fields: Vec<FieldRead> = Vec::new();
     let mut aggregations = Vec::new();
     if cfg.aggregations.is_empty() {
         c.fail("aggregations", "at least one aggregation is required");
@@ -324,6 +336,7 @@ pub(super) fn validate_aggregations(
             precision: agg.precision,
             relative_error: agg.relative_error,
             max_values: agg.max_values,
+            max_bytes: None,
         };
         let op = match aggregate::operation(agg.op.trim(), &params) {
             Ok(op) => Some(op),
@@ -350,13 +363,17 @@ pub(super) fn validate_aggregations(
             (Some(input), Some(text)) => {
                 let text = text.trim().to_string();
                 let numeric = input == Input::Number;
-                let idx = match fields.iter().position(|f| f.0 == text) {
+                let idx = match fields.iter().position(|f| f.text == text) {
                     Some(i) => {
-                        fields[i].1 |= numeric;
+                        fields[i].numeric |= numeric;
                         i
                     }
                     None => {
-                        fields.push((text, numeric));
+                        fields.push(FieldRead {
+                            text,
+                            numeric,
+                            longest: None,
+                        });
                         fields.len() - 1
                     }
                 };
@@ -367,13 +384,44 @@ pub(super) fn validate_aggregations(
             c.warnings.push(format!("{at} ({}): {note}", agg.op));
         }
         if let Some(op) = op {
-            aggregations.push(AggSpec {
-                name: agg.name.clone(),
-                op,
-                field,
-            });
+            aggregations.push((
+                AggSpec {
+                    name: agg.name.clone(),
+                    op,
+                    field,
+                },
+                params,
+            ));
         }
     }
 
-    (aggregations, fields)
+    share_record(&mut aggregations, &mut fields, record_bytes, c);
+    (aggregations.into_iter().map(|(a, _)| a).collect(), fields)
+}
+
+/// Gives each operation that keeps values its share of a record of `record_bytes`, and each
+/// field the longest string its readers may keep; a violation when the record is too small.
+fn share_record(
+    aggregations: &mut [(AggSpec, Params)],
+    fields: &mut [FieldRead],
+    record_bytes: usize,
+    c: &mut Checker,
+) {
+    let budget = match RecordBudget::new(record_bytes, aggregations.iter().map(|a| &*a.0.op)) {
+        Ok(b) => b,
+        Err(e) => return c.fail("aggregations", e.to_string()),
+    };
+    for (agg, params) in aggregations.iter_mut() {
+        let Some(longest) = budget.longest_value(&*agg.op) else {
+            continue;
+        };
+        if let Some(f) = agg.field.and_then(|i| fields.get_mut(i)) {
+            f.longest = Some(f.longest.map_or(longest, |l| l.min(longest)));
+        }
+        params.max_bytes = Some(budget.share);
+        match aggregate::operation(agg.op.name(), params) {
+            Ok(op) => agg.op = op,
+            Err(why) => c.fail("aggregations", why),
+        }
+    }
 }

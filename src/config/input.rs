@@ -12,7 +12,7 @@ use crate::input::{
 /// the compiled [`InputSpec`], or `None` after recording every problem.
 pub(super) fn validate_input(
     cfg: &RawConfig,
-    fields: &[(String, bool)],
+    fields: &[super::engine::FieldRead],
     c: &mut Checker,
 ) -> Option<InputSpec> {
     let mut paths = Paths::default();
@@ -131,7 +131,8 @@ pub(super) fn validate_input(
         },
     };
     let mut compiled_fields = Vec::new();
-    for (i, (text, numeric)) in fields.iter().enumerate() {
+    for (i, read) in fields.iter().enumerate() {
+        let text = &read.text;
         let field = cfg
             .aggregations
             .iter()
@@ -142,7 +143,8 @@ pub(super) fn validate_input(
         if let Some(value) = compile(&field, text, c) {
             compiled_fields.push(FieldInput {
                 value,
-                numeric: *numeric,
+                numeric: read.numeric,
+                longest: read.longest,
             });
         }
     }

@@ -266,3 +266,25 @@ pub(super) fn validate_kafka(cfg: &RawConfig, k: &RawKafka, c: &mut Checker) -> 
         application_id: app,
     })
 }
+
+/// The bytes of one output record: `[kafka.properties] "message.max.bytes"` (the producer's
+/// limit, 1,000,000 by default) less 4 KiB for headers and framing; the default without a
+/// `[kafka]` section, as `simulate` runs.
+pub(super) fn record_bytes(cfg: &RawConfig, c: &mut Checker) -> usize {
+    const HEADROOM: usize = 4096;
+    let given = cfg
+        .kafka
+        .as_ref()
+        .and_then(|k| k.properties.get("message.max.bytes"));
+    match given.map(|v| v.trim().parse::<usize>()) {
+        None => crate::windowing::spec::DEFAULT_RECORD_BYTES,
+        Some(Ok(n)) if n > HEADROOM => n - HEADROOM,
+        Some(_) => {
+            c.fail(
+                "kafka.properties.\"message.max.bytes\"",
+                format!("must be a number of bytes above {HEADROOM}"),
+            );
+            crate::windowing::spec::DEFAULT_RECORD_BYTES
+        }
+    }
+}

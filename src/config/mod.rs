@@ -470,6 +470,10 @@ pub struct PipelineSpec {
     /// The columns a table of panes gives the key: `key` for a key of one part, one column per
     /// part (named after its alias or text) for several, none for no key.
     pub key_columns: Vec<String>,
+    /// The bytes of one output record: the producer's `message.max.bytes` less 4 KiB for
+    /// headers. A pane larger than this is dead-lettered `too_large`, and the aggregations'
+    /// states are kept within it ([`crate::windowing::spec::RecordBudget`]).
+    pub record_bytes: usize,
 }
 
 impl PipelineSpec {

@@ -24,7 +24,9 @@ impl RawConfig {
         }
         let window = super::engine::validate_window(self, &mut c);
         let timing = super::engine::validate_timing(self, &mut c);
-        let (aggregations, fields) = super::engine::validate_aggregations(self, &mut c);
+        let record_bytes = super::kafka::record_bytes(self, &mut c);
+        let (aggregations, fields) =
+            super::engine::validate_aggregations(self, record_bytes, &mut c);
         super::engine::validate_trigger_for_window(self, window, timing.as_ref(), &mut c);
         let kafka = self
             .kafka
@@ -74,6 +76,7 @@ impl RawConfig {
                 schema_registry,
                 sinks: sink_sections,
                 key_columns,
+                record_bytes,
             },
             c.warnings,
         ))

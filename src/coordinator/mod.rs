@@ -205,6 +205,7 @@ pub fn run(
         })?;
     let txn = Transaction::start(&k)?;
     let (decoder, encoder) = codecs(&spec, &k)?;
+    let record_bytes = spec.record_bytes;
     let consumer_settings = consumer_config(&k);
     let reset_name = consumer_settings
         .get("auto.offset.reset")
@@ -239,7 +240,7 @@ pub fn run(
         store,
         txn,
         decoder,
-        output: Output::new(encoder, &k),
+        output: Output::new(encoder, &k, record_bytes),
         second,
         health,
         owned_here: owned_here.clone(),

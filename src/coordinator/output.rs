@@ -6,41 +6,34 @@ use super::errors::{Cause, CycleError};
 use super::telemetry::Telemetry;
 use super::transaction::Transaction;
 use crate::config::KafkaSpec;
-use crate::format::dead_letter::{bounded_detail, DeadLetter, DROPPED_HEADER};
+use crate::format::dead_letter::{
+    bounded_detail, pane_headers, pane_too_large, DeadLetter, DROPPED_HEADER,
+};
 use crate::format::{pane, Encoder};
+use crate::pipeline::Reason;
 use crate::windowing::engine::Pane;
 use rdkafka::message::Header;
 use rdkafka::producer::BaseRecord;
-
-/// The producer's default `message.max.bytes`.
-const DEFAULT_MAX_RECORD_BYTES: usize = 1_000_000;
-
-/// What a dead letter's headers and the record's framing may take besides its key and value.
-const DEAD_LETTER_OVERHEAD: usize = 4 * 1024;
 
 /// The encoder of panes and dead letters, and the topics they go to.
 pub(super) struct Output {
     encoder: Encoder,
     output_topic: String,
     dead_letter_topic: String,
-    /// The largest key plus value a dead letter carries: the producer's `message.max.bytes`
-    /// less room for its headers.
+    /// The largest key plus value a record carries: the producer's `message.max.bytes` less
+    /// room for its headers ([`crate::config::PipelineSpec::record_bytes`]).
     max_payload: usize,
 }
 
 impl Output {
-    /// Writes with `encoder` to the output and dead-letter topics `k` names.
-    pub(super) fn new(encoder: Encoder, k: &KafkaSpec) -> Output {
+    /// Writes with `encoder` to the output and dead-letter topics `k` names, records of at most
+    /// `record_bytes` of key and value.
+    pub(super) fn new(encoder: Encoder, k: &KafkaSpec, record_bytes: usize) -> Output {
         Output {
             encoder,
             output_topic: k.output_topic.clone(),
             dead_letter_topic: k.dead_letter_topic.clone(),
-            max_payload: k
-                .properties
-                .get("message.max.bytes")
-                .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(DEFAULT_MAX_RECORD_BYTES)
-                .saturating_sub(DEAD_LETTER_OVERHEAD),
+            max_payload: record_bytes,
         }
     }
 }
@@ -55,7 +48,8 @@ pub(super) struct Out<'a> {
 
 impl Out<'_> {
     /// Produces panes of replay epoch `epoch` into the open transaction; `fired_at` is the
-    /// append time of what fired them (for the latency histogram).
+    /// append time of what fired them (for the latency histogram). A pane too large for one
+    /// record is dead-lettered `too_large` in its place, as `simulate` does.
     pub(super) fn panes(
         &mut self,
         panes: Vec<Pane>,
@@ -68,6 +62,20 @@ impl Out<'_> {
                 .encoder
                 .pane(&p, epoch)
                 .map_err(|e| CycleError::Fatal(Cause::part("encoding a pane", e)))?;
+            let bytes = p.key.len() + value.len();
+            if let Some(detail) = pane_too_large(bytes, self.output.max_payload) {
+                let headers = pane_headers(&p, epoch, &detail, bytes);
+                let record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(
+                    &self.output.dead_letter_topic,
+                    0usize,
+                )
+                .key(p.key.as_bytes())
+                .headers(headers);
+                self.txn.send(record)?;
+                self.telemetry.dead_letter(Reason::TooLarge.as_str());
+                tracing::warn!(dedup_id = %p.dedup_id, bytes, "pane too large: dead-lettered");
+                continue;
+            }
             let record = BaseRecord::with_opaque_to(&self.output.output_topic, 0usize)
                 .key(p.key.as_bytes())
                 .payload(value.as_slice())

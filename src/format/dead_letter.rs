@@ -7,9 +7,13 @@
 //! `tidemark.source_topic`, `tidemark.source_partition`, `tidemark.source_offset`,
 //! `tidemark.detail` and `tidemark.epoch`, and `tidemark.watermark` and `tidemark.late_by_ms`
 //! when they are known. A source record is dead-lettered at most once per replay epoch.
+//!
+//! A pane too large for one record is dead-lettered too (`too_large`), without a payload: its
+//! headers are the pane's own ([`pane_headers`]), so its dedup id names it.
 
 use super::pane::EPOCH_HEADER;
 use crate::kafka::raw_log::RawRecord;
+use crate::windowing::engine::Pane;
 use rdkafka::message::{Header, OwnedHeaders};
 
 /// Header of the reason.
@@ -129,6 +133,37 @@ impl DeadLetter {
             epoch: super::epoch_of(r),
         })
     }
+}
+
+/// The detail of a pane whose key and value take `bytes`, when that is more than the
+/// `record_bytes` one record may take; `None` when the pane fits. `simulate` and `run` both
+/// dead-letter such a pane as `too_large` instead of writing it.
+pub fn pane_too_large(bytes: usize, record_bytes: usize) -> Option<String> {
+    (bytes > record_bytes).then(|| {
+        format!(
+            "the pane's key and value take {bytes} bytes, more than the {record_bytes} one \
+             output record may take (the producer's message.max.bytes less 4 KiB)"
+        )
+    })
+}
+
+/// The headers of the dead letter of pane `p` of epoch `epoch`, too large to write: the pane's
+/// own headers (dedup id, pane index, epoch, window, timing), which name it as its record
+/// would have, the reason `too_large`, `detail`, and the bytes left out.
+pub fn pane_headers(p: &Pane, epoch: u64, detail: &str, bytes: usize) -> OwnedHeaders {
+    super::pane::headers(p, epoch)
+        .insert(Header {
+            key: REASON_HEADER,
+            value: Some("too_large"),
+        })
+        .insert(Header {
+            key: DETAIL_HEADER,
+            value: Some(detail),
+        })
+        .insert(Header {
+            key: DROPPED_HEADER,
+            value: Some(&format!("{bytes} bytes of key and value")),
+        })
 }
 
 /// Whether a committed record is a dead letter (it has a reason header).

@@ -51,6 +51,9 @@ pub struct FieldInput {
     pub value: Compiled,
     /// Whether it must be a number or NULL.
     pub numeric: bool,
+    /// The longest string an aggregation reading it may keep
+    /// ([`crate::windowing::spec::RecordBudget::longest_value`]); `None` when none keeps it.
+    pub longest: Option<usize>,
 }
 
 /// One part of the grouping key.
@@ -208,6 +211,19 @@ pub enum DecodeError {
         /// The key's length in bytes.
         bytes: usize,
     },
+    /// A string an aggregation keeps is longer than its share of an output record allows.
+    #[error(
+        "field {field}: a string of {bytes} bytes is longer than the {longest} bytes an \
+         aggregation may keep of it, so that its state fits one record"
+    )]
+    ValueTooLong {
+        /// The field's expression.
+        field: String,
+        /// The string's length in bytes.
+        bytes: usize,
+        /// The longest it may be.
+        longest: usize,
+    },
 }
 
 impl DecodeError {
@@ -215,7 +231,7 @@ impl DecodeError {
     pub fn reason(&self) -> Reason {
         match self {
             DecodeError::Expression(_) => Reason::Expression,
-            DecodeError::KeyTooLong { .. } => Reason::TooLarge,
+            DecodeError::KeyTooLong { .. } | DecodeError::ValueTooLong { .. } => Reason::TooLarge,
             _ => Reason::Malformed,
         }
     }
@@ -359,6 +375,7 @@ impl InputSpec {
             .map(|f| FieldInput {
                 value: compile(f),
                 numeric: true,
+                longest: None,
             })
             .collect();
         InputSpec {
@@ -471,6 +488,15 @@ impl InputSpec {
                     expected: "a number",
                     got: v.type_name().to_string(),
                 });
+            }
+            if let (Datum::Str(s), Some(longest)) = (&v, f.longest) {
+                if s.len() > longest {
+                    return Err(DecodeError::ValueTooLong {
+                        field: f.value.text.clone(),
+                        bytes: s.len(),
+                        longest,
+                    });
+                }
             }
             values.push(v.into_owned());
         }
@@ -1023,6 +1049,7 @@ mod tests {
             .map(|f| FieldInput {
                 value: compile(f),
                 numeric: true,
+                longest: None,
             })
             .collect();
         InputSpec {

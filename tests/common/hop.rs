@@ -339,6 +339,21 @@ pub fn committed_epoch(broker: &str, epoch: u64) -> Committed {
     committed_in(broker, Some(epoch))
 }
 
+/// What names a committed dead letter: its source record (topic, partition, offset) and
+/// reason; for a pane too large to write, `("pane <key>", -1, pane index, reason)`.
+pub fn dead_letter_id(r: &tidemark::kafka::raw_log::RawRecord) -> (String, i32, i64, String) {
+    if let Some(d) = tidemark::format::dead_letter::DeadLetter::from_record(r) {
+        return (d.topic, d.partition, d.offset, d.reason);
+    }
+    let key = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+    let index = r
+        .header(tidemark::format::pane::PANE_INDEX_HEADER)
+        .and_then(|i| i.parse().ok())
+        .expect("a dead letter names its source record or its pane");
+    let reason = r.header("tidemark.reason").expect("a reason").to_string();
+    (format!("pane {key}"), -1, index, reason)
+}
+
 fn committed_in(broker: &str, epoch: Option<u64>) -> Committed {
     let mut panes = tidemark::kafka::raw_log::read_topic(broker, "panes").unwrap();
     let mut dead_log = tidemark::kafka::raw_log::read_topic(broker, "dead").unwrap();
@@ -360,10 +375,7 @@ fn committed_in(broker: &str, epoch: Option<u64>) -> Committed {
     }
     let mut dead = BTreeMap::new();
     for r in &dead_log.committed {
-        let d = tidemark::format::dead_letter::DeadLetter::from_record(r).expect("a dead letter");
-        *dead
-            .entry((d.topic, d.partition, d.offset, d.reason))
-            .or_insert(0) += 1;
+        *dead.entry(dead_letter_id(r)).or_insert(0) += 1;
     }
     Committed {
         panes: panes
@@ -532,19 +544,12 @@ pub fn session_pipeline(
     .replace(watermark, "max_out_of_orderness = \"100ms\"")
     .replace(
         "[kafka]\n",
-        r#"[[aggregations]]
+        &format!(
+            r#"[[aggregations]]
 name = "sessions"
 op = "count_distinct"
 field = "session"
-[[aggregations]]
-name = "entry"
-op = "first"
-field = "session"
-[[aggregations]]
-name = "exit"
-op = "last"
-field = "session"
-[[aggregations]]
+{FIRST_AND_LAST}[[aggregations]]
 name = "length"
 op = "duration"
 [[aggregations]]
@@ -562,9 +567,22 @@ op = "approx_percentile"
 field = "amount"
 q = 0.9
 [kafka]
-"#,
+"#
+        ),
     )
 }
+
+/// `first` and `last` of the field `session`, as `entry` and `exit`: aggregations that keep the
+/// strings they read.
+pub const FIRST_AND_LAST: &str = r#"[[aggregations]]
+name = "entry"
+op = "first"
+field = "session"
+[[aggregations]]
+name = "exit"
+op = "last"
+field = "session"
+"#;
 
 /// The final panes of session windows ending by `cutoff`: per window, its last pane's
 /// aggregates (as JSON text) where that pane is not a RETRACT (a merge superseded the window).

@@ -2,9 +2,11 @@
 //! the repartition hop with two members: a grouping key longer than the hop carries, JSON nested
 //! past the parser's depth, a number too large for a double, a field of the wrong type, an event
 //! time out of range, bytes that are not UTF-8, a record without a value, and a record too large
-//! to be carried whole in a dead letter. Judged from the raw log: every member stays up, every
-//! window's last pane is the independent reference's and `simulate`'s, every hostile record is one
-//! dead letter with its reason, and the oversized one says its payload was left out.
+//! to be carried whole in a dead letter, a string longer than the aggregations may keep, and a
+//! record whose pane would be larger than a record may be. Judged from the raw log: every member
+//! stays up, every window's last pane is the independent reference's and `simulate`'s, every
+//! hostile record is one dead letter with its reason (the last, its pane's), and the oversized
+//! one says its payload was left out.
 
 use crate::common;
 
@@ -26,9 +28,13 @@ struct Hostile {
     reason: &'static str,
 }
 
+/// The reason of the record whose pane, not itself, is dead-lettered.
+const PANE_TOO_LARGE: &str = "pane too_large";
+
 /// The catalogue, with event times inside the scenario's range (`base`), keyed as `keyed` says
-/// (by the grouping field `user`, or not at all).
-fn catalogue(base: i64, keyed: bool) -> Vec<Hostile> {
+/// (by the grouping field `user`, or not at all); `longest` is the longest `session` the
+/// pipeline keeps.
+fn catalogue(base: i64, keyed: bool, longest: usize) -> Vec<Hostile> {
     let key = |user: &str| keyed.then(|| user.as_bytes().to_vec());
     let long_user = "x".repeat(70_000);
     let mut deep = String::new();
@@ -92,6 +98,24 @@ fn catalogue(base: i64, keyed: bool) -> Vec<Hostile> {
             )),
             reason: "malformed",
         },
+        Hostile {
+            key: key("u1"),
+            value: v(format!(
+                r#"{{"user":"u1","ts":{base},"amount":1,"session":"{}"}}"#,
+                "x".repeat(longest + 1)
+            )),
+            reason: "too_large",
+        },
+        Hostile {
+            key: key("big"),
+            // 100,000 control characters, each written back as six bytes in `first` and in
+            // `last`: a pane of 1.2 MB from a record of 600 KB.
+            value: v(format!(
+                r#"{{"user":"big","ts":{base},"amount":1,"session":"{}"}}"#,
+                "\\u0001".repeat(100_000)
+            )),
+            reason: PANE_TOO_LARGE,
+        },
     ]
 }
 
@@ -136,10 +160,6 @@ fn hostile_run(keys: Keys, partitions: i32, members: &[&str], extra: &str) {
     hop::create_topics(&broker, &topics);
     let s = HopScenario::generate(&topics, 2_000, keys, false, 23);
     let base = s.cutoff - 2_000 * 5 - 60_000;
-    let hostile = catalogue(base, keys == Keys::GroupingField);
-    produce_catalogue(&broker.addr, &hostile);
-    s.produce(&broker.addr, 500, Duration::ZERO).join().unwrap();
-
     let dir = tempfile::tempdir().unwrap();
     let text = |instance: &str| {
         hop::pipeline(
@@ -150,7 +170,17 @@ fn hostile_run(keys: Keys, partitions: i32, members: &[&str], extra: &str) {
             "idle_timeout = \"1s\"",
             extra,
         )
+        .replacen("[kafka]\n", &format!("{}[kafka]\n", hop::FIRST_AND_LAST), 1)
     };
+    let (spec, _) = tidemark::config::parse_raw(&text("m0"), Vec::new())
+        .unwrap()
+        .validate()
+        .unwrap();
+    let longest = spec.input.fields.iter().filter_map(|f| f.longest).min();
+    let hostile = catalogue(base, keys == Keys::GroupingField, longest.unwrap());
+    produce_catalogue(&broker.addr, &hostile);
+    s.produce(&broker.addr, 500, Duration::ZERO).join().unwrap();
+
     let mut children: Vec<_> = members
         .iter()
         .map(|m| {
@@ -179,7 +209,11 @@ fn hostile_run(keys: Keys, partitions: i32, members: &[&str], extra: &str) {
         .map(|(t, p, o, r)| (t, p, o + shift(p), r))
         .collect();
     for (o, h) in hostile.iter().enumerate() {
-        want_dead.insert(("clicks".into(), 0, o as i64, h.reason.to_string()));
+        want_dead.insert(match h.reason {
+            // Its window's one pane, named by its key.
+            PANE_TOO_LARGE => ("pane big".into(), -1, 0, "too_large".into()),
+            reason => ("clicks".into(), 0, o as i64, reason.to_string()),
+        });
     }
 
     let deadline = Instant::now() + Duration::from_secs(150);
@@ -239,7 +273,19 @@ fn hostile_run(keys: Keys, partitions: i32, members: &[&str], extra: &str) {
     let log = tidemark::kafka::raw_log::read_topic(&broker.addr, "dead").unwrap();
     let mut dropped = BTreeMap::new();
     for r in &log.committed {
-        let d = tidemark::format::dead_letter::DeadLetter::from_record(r).unwrap();
+        let Some(d) = tidemark::format::dead_letter::DeadLetter::from_record(r) else {
+            // The pane's dead letter: its headers name it, and it carries no value.
+            let window = r.header(tidemark::format::pane::WINDOW_START_HEADER);
+            let dedup = r.header(tidemark::format::pane::DEDUP_ID_HEADER);
+            if r.value.is_some()
+                || window.and_then(|w| w.parse::<i64>().ok()) != Some(base - base % 1_000)
+                || dedup.is_none_or(str::is_empty)
+                || r.header("tidemark.payload_dropped").is_none()
+            {
+                problems.push(format!("the pane's dead letter: {r:?}"));
+            }
+            continue;
+        };
         if d.partition == 0 && (d.offset as usize) < hostile.len() {
             let h = &hostile[d.offset as usize];
             let said = r.header("tidemark.payload_dropped").map(str::to_string);
@@ -257,6 +303,7 @@ fn hostile_run(keys: Keys, partitions: i32, members: &[&str], extra: &str) {
         }
     }
     let want_dropped: BTreeMap<i64, Option<String>> = (0..hostile.len() as i64)
+        .filter(|o| hostile[*o as usize].reason != PANE_TOO_LARGE)
         .map(|o| {
             let h = &hostile[o as usize];
             let size = h.key.as_ref().map_or(0, Vec::len) + h.value.as_ref().map_or(0, Vec::len);

@@ -311,7 +311,9 @@ fn a_key_longer_than_the_hop_carries_is_dead_lettered_as_too_large() {
             r#"key = ["lower(user)", { expr = "CAST(amount AS INT) % 7", alias = "bucket" }]"#,
             r#"key = "user""#,
         )
-        .replace("filter = ", "# filter = ");
+        .replace("filter = ", "# filter = ")
+        // A distinct count of the key would keep it whole: longer than its share allows.
+        .replace("concat(page, '-', user)", "page");
     let dead = simulate(&text, input.as_bytes());
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0]["reason"], "too_large");
@@ -387,4 +389,91 @@ fn event_times_in_seconds_are_read_as_the_unit_says() {
         .unwrap_err()
         .to_string();
     assert!(bad.contains("input.timestamp_unit"), "{bad}");
+}
+
+/// A pipeline whose aggregations keep the strings they read.
+const KEEPING: &str = r#"
+name = "keeping"
+[input]
+key = "user"
+timestamp = "ts"
+[window]
+type = "tumbling"
+size = "1m"
+[[aggregations]]
+name = "n"
+op = "count"
+[[aggregations]]
+name = "first"
+op = "first"
+field = "page"
+[[aggregations]]
+name = "last"
+op = "last"
+field = "page"
+[[aggregations]]
+name = "top"
+op = "top_k"
+field = "page"
+k = 3
+"#;
+
+#[test]
+fn values_and_panes_too_large_for_a_record_are_dead_lettered_not_written() {
+    let (spec, _) = tidemark::config::parse_raw(KEEPING, Vec::new())
+        .unwrap()
+        .validate()
+        .unwrap();
+    // The share of a record each of the three value-keeping aggregations gets, and the longest
+    // string `top_k` (a quarter of it) lets the field carry.
+    let longest = 63_127;
+    assert_eq!(spec.record_bytes, 995_904);
+    let input = [
+        // Longer than any aggregation may keep: dead-lettered as it arrives.
+        json!({"user": "a", "ts": 1_000, "page": "p".repeat(longest + 1)}),
+        // Just within: kept, but its pane writes it three times, each control character
+        // escaped to six bytes: more than one record can carry.
+        json!({"user": "b", "ts": 1_000, "page": "\u{1}".repeat(longest)}),
+        // The longest a page may be, in plain letters: its pane fits.
+        json!({"user": "c", "ts": 1_000, "page": "q".repeat(longest)}),
+        json!({"user": "d", "ts": 1_000, "page": "home"}),
+    ]
+    .iter()
+    .map(|v| format!("{v}\n"))
+    .collect::<String>();
+    let (panes, dead) = crate::common::simulate_bytes(&spec, input.as_bytes());
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert_eq!(dead[0]["reason"], "too_large");
+    assert_eq!(dead[0]["line"], 1);
+    let detail = dead[0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("{} bytes", longest + 1)) && detail.contains("field page"),
+        "{detail}"
+    );
+    // The pane of `b` is named by its dedup id and window, with no payload.
+    assert_eq!(dead[1]["reason"], "too_large");
+    assert_eq!(dead[1]["window_start"], 0);
+    assert_eq!(dead[1]["window_end"], 60_000);
+    assert!(dead[1]["dedup_id"].as_str().is_some_and(|d| !d.is_empty()));
+    assert!(dead[1].get("original").is_none());
+    let keys: Vec<String> = panes
+        .iter()
+        .map(|p| serde_json::from_str::<Value>(p).unwrap()["key"].to_string())
+        .collect();
+    assert_eq!(keys, ["\"c\"", "\"d\""]);
+    assert!(panes.iter().all(|p| p.len() < spec.record_bytes));
+}
+
+#[test]
+fn a_record_too_small_for_the_aggregations_is_refused() {
+    let text = format!(
+        "{KEEPING}[kafka]\nbootstrap_servers = \"localhost:9092\"\noutput_topic = \"o\"\n\
+         dead_letter_topic = \"d\"\n[kafka.properties]\n\"message.max.bytes\" = \"300000\"\n"
+    );
+    let err = tidemark::config::parse_raw(&text, Vec::new())
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("message.max.bytes"), "{err}");
 }

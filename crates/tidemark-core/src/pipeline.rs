@@ -53,7 +53,9 @@ pub enum Reason {
     /// evaluated on the record: a value of the wrong type, an overflow, a division by zero.
     Expression,
     /// The record cannot be carried: its grouping key is longer than
-    /// [`crate::windowing::spec::MAX_KEY_BYTES`].
+    /// [`crate::windowing::spec::MAX_KEY_BYTES`], or a string it gives an aggregation is
+    /// longer than the aggregation may keep ([`crate::windowing::spec::RecordBudget`]); also
+    /// the reason of a pane too large for one output record.
     TooLarge,
 }
 

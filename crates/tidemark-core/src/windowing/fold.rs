@@ -16,7 +16,7 @@
 
 use super::aggregate::{Acc, AggSpec, Value};
 use super::assigner::WindowKind;
-use super::spec::EngineSpec;
+use super::spec::{EngineSpec, MAX_PARTIAL_EVENTS};
 use super::time::floor_align;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -47,7 +47,8 @@ pub struct Partial {
     pub appended: i64,
 }
 
-/// Folds the events of one input into partials, one per (key, slot), until they are taken.
+/// Folds the events of one input into partials, one per (key, slot) and
+/// [`MAX_PARTIAL_EVENTS`] events, until they are taken.
 #[derive(Debug)]
 pub struct Folder {
     aggs: Arc<[AggSpec]>,
@@ -106,8 +107,8 @@ impl Folder {
         let slot = self.slot(ts);
         let by_key = self.open.entry(slot).or_default();
         let i = match by_key.get(key) {
-            Some(&i) => i,
-            None => {
+            Some(&i) if self.partials[i].events.len() < MAX_PARTIAL_EVENTS => i,
+            _ => {
                 by_key.insert(key.to_string(), self.partials.len());
                 self.partials.push(Partial {
                     key: key.to_string(),
@@ -181,6 +182,20 @@ mod tests {
         }
         let global = Folder::new(&spec(WindowKind::Global { idle_expiry: None })).unwrap();
         assert!(global.admits(0, i64::MAX - 1));
+    }
+
+    #[test]
+    fn a_partial_holds_at_most_its_bound_of_events() {
+        let tumbling = WindowKind::Tumbling {
+            size: 10,
+            offset: 0,
+        };
+        let mut f = Folder::new(&spec(tumbling)).unwrap();
+        for i in 0..(2 * MAX_PARTIAL_EVENTS + 1) {
+            f.fold("a", 1, &[], i as i64, 0);
+        }
+        let sizes: Vec<usize> = f.take().iter().map(|p| p.events.len()).collect();
+        assert_eq!(sizes, [MAX_PARTIAL_EVENTS, MAX_PARTIAL_EVENTS, 1]);
     }
 
     #[test]

@@ -1,15 +1,17 @@
 //! `count_distinct` and `top_k`: from the count of every distinct value, up to a bound.
 //!
 //! Both keep each distinct non-NULL value of the window with how often it came, up to
-//! `max_values` distinct values (default [`DEFAULT_MAX_VALUES`]); within the bound they are
-//! exact. Past it neither grows further:
+//! `max_values` distinct values (default [`DEFAULT_MAX_VALUES`]) and up to the bytes of a record
+//! their share gives them ([`Params::max_bytes`], so that the state can be saved as one Kafka
+//! record); within both bounds they are exact. Past either, neither grows further:
 //!
 //! * `count_distinct` carries on as a HyperLogLog sketch of precision 14 (a relative standard
 //!   error of 0.81%, as `approx_count_distinct`), seeded with every value it kept;
 //! * `top_k` carries on as a Misra–Gries summary of `max_values` to twice as many counters
-//!   (pruned back to `max_values` when it reaches twice): a value that comes
-//!   more than `n / (max_values + 1)` times in a window of `n` elements is always kept, and each
-//!   count it reports is at most that much below the true count, never above it.
+//!   (pruned back to `max_values` when it reaches twice, or to as many of the most frequent as
+//!   fill half its bytes when it outgrows them): a value that comes more than `n / (m + 1)`
+//!   times in a window of `n` elements is always kept, where `m` is the fewest counters a prune
+//!   kept, and each count it reports is at most that much below the true count, never above it.
 //!
 //! Values are [`Scalar`]s: `2` and `2.0` are one value. `top_k` outputs the `k` most frequent
 //! values with their counts, most frequent first, ties by value ascending. Neither retracts:
@@ -18,7 +20,7 @@
 
 use super::hll::Sketch;
 use super::value::{take, take_u64, Scalar, ScalarKey, ScalarRef, Value};
-use super::{only, same, Aggregate, Input, Output, OutputType, Params, State};
+use super::{only, same, Aggregate, Input, Output, OutputType, Params, SavedSize, State};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -40,6 +42,8 @@ struct Distinct {
     k: Option<u32>,
     /// How many distinct values are kept.
     max_values: u32,
+    /// The most bytes the saved state may take ([`Params::max_bytes`]).
+    max_bytes: usize,
 }
 
 /// The bound on kept values from `max_values`.
@@ -56,6 +60,7 @@ pub fn count_distinct(p: &Params) -> Result<Arc<dyn Aggregate>, String> {
     Ok(Arc::new(Distinct {
         k: None,
         max_values: max_values("count_distinct", p)?,
+        max_bytes: p.max_bytes.unwrap_or(usize::MAX),
     }))
 }
 
@@ -72,6 +77,7 @@ pub fn top_k(p: &Params) -> Result<Arc<dyn Aggregate>, String> {
         k => Ok(Arc::new(Distinct {
             k: Some(k),
             max_values: max,
+            max_bytes: p.max_bytes.unwrap_or(usize::MAX),
         })),
     }
 }
@@ -108,6 +114,11 @@ impl Aggregate for Distinct {
         }
     }
 
+    fn saved_size(&self) -> SavedSize {
+        // A quarter: a summary pruned to half its share still holds a value of the longest.
+        SavedSize::Share { value_divisor: 4 }
+    }
+
     fn state_note(&self) -> Option<&'static str> {
         Some(if self.k.is_some() {
             "keeps up to max_values distinct values of a window with their counts (default \
@@ -126,6 +137,7 @@ impl Aggregate for Distinct {
             heap: 0,
             k: self.k,
             max: self.max_values,
+            max_bytes: self.max_bytes,
         })
     }
 
@@ -151,6 +163,7 @@ impl Aggregate for Distinct {
             heap,
             k: self.k,
             max: self.max_values,
+            max_bytes: self.max_bytes,
         };
         bytes.is_empty().then_some(Box::new(st) as Box<dyn State>)
     }
@@ -187,7 +200,15 @@ struct Counts {
     heap: usize,
     k: Option<u32>,
     max: u32,
+    max_bytes: usize,
 }
+
+/// The most a kept entry's saved form takes beyond its string's heap bytes: a tag, a length or
+/// a number, a count, and up to 24 bytes of a string kept inline.
+const ENTRY_BYTES: usize = 41;
+
+/// The most a saved state takes besides its entries: version, dropped count, entry count.
+const SAVED_HEADER: usize = 17;
 
 /// The heap bytes of the values of `counts`.
 fn heap_of(counts: &BTreeMap<Scalar, u64>) -> usize {
@@ -208,7 +229,8 @@ impl Counts {
             None => self.max as usize,
             Some(_) => 2 * self.max as usize,
         };
-        if counts.len() <= limit {
+        let saved = SAVED_HEADER + counts.len() * ENTRY_BYTES + self.heap;
+        if counts.len() <= limit && saved <= self.max_bytes {
             return;
         }
         if self.k.is_none() {
@@ -220,10 +242,34 @@ impl Counts {
             self.heap = 0;
             return;
         }
-        // Misra–Gries: subtract the (max+1)-th largest count from every counter and keep those
-        // still above zero. The subtraction bounds how far below its true count any count is.
+        // Misra–Gries: subtract the (m+1)-th largest count from every counter and keep those
+        // still above zero, where m is `max`, or fewer when the m largest would take more than
+        // half the bytes. The subtraction bounds how far below its true count any count is.
+        let at = if saved <= self.max_bytes {
+            self.max as usize
+        } else {
+            let mut by_count: Vec<(u64, usize)> = counts
+                .iter()
+                .map(|(v, n)| (*n, ENTRY_BYTES + v.heap_size()))
+                .collect();
+            by_count.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
+            let mut room = (self.max_bytes / 2).saturating_sub(SAVED_HEADER);
+            let fit = by_count
+                .iter()
+                .take_while(|(_, b)| match room.checked_sub(*b) {
+                    Some(r) => {
+                        room = r;
+                        true
+                    }
+                    None => false,
+                })
+                .count();
+            fit.min(self.max as usize)
+        };
+        if at >= counts.len() {
+            return;
+        }
         let mut sizes: Vec<u64> = counts.values().copied().collect();
-        let at = self.max as usize;
         let (_, cut, _) = sizes.select_nth_unstable_by(at, |a, b| b.cmp(a));
         let cut = *cut;
         let heap = &mut self.heap;

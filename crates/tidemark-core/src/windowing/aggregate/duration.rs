@@ -3,7 +3,7 @@
 //! NULL for none. It reads no field.
 
 use super::value::{take, Value};
-use super::{only, same, Aggregate, Input, Output, OutputType, Params, State};
+use super::{only, same, Aggregate, Input, Output, OutputType, Params, SavedSize, State};
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -26,6 +26,10 @@ impl Aggregate for Duration {
 
     fn output(&self) -> OutputType {
         OutputType::Integer
+    }
+
+    fn saved_size(&self) -> SavedSize {
+        SavedSize::AtMost(32)
     }
 
     fn new_state(&self) -> Box<dyn State> {

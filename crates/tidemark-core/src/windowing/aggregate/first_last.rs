@@ -4,7 +4,7 @@
 //! states keep that rule, the merged-in state counting as the later input.
 
 use super::value::{get_value, heap_size, put_value, take, Value};
-use super::{only, same, Aggregate, Input, Output, OutputType, Params, State};
+use super::{only, same, Aggregate, Input, Output, OutputType, Params, SavedSize, State};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -40,6 +40,10 @@ impl Aggregate for Pick {
 
     fn output(&self) -> OutputType {
         OutputType::Any
+    }
+
+    fn saved_size(&self) -> SavedSize {
+        SavedSize::Share { value_divisor: 1 }
     }
 
     fn new_state(&self) -> Box<dyn State> {

@@ -13,7 +13,7 @@
 //! why this one is written here.
 
 use super::value::{take, Scalar, Value};
-use super::{only, same, Aggregate, Input, Output, OutputType, Params, State};
+use super::{only, same, Aggregate, Input, Output, OutputType, Params, SavedSize, State};
 use siphasher::sip::SipHasher13;
 use std::hash::Hasher;
 use std::sync::Arc;
@@ -52,6 +52,11 @@ impl Aggregate for Hll {
 
     fn output(&self) -> OutputType {
         OutputType::Integer
+    }
+
+    fn saved_size(&self) -> SavedSize {
+        // Version, precision, form and a sparse count, then at most one byte per register.
+        SavedSize::AtMost(7 + (1 << self.p))
     }
 
     fn new_state(&self) -> Box<dyn State> {

@@ -99,10 +99,27 @@ pub trait Aggregate: fmt::Debug + Send + Sync {
     fn state_note(&self) -> Option<&'static str> {
         None
     }
+    /// How many bytes its saved state ([`State::encode`]) can take.
+    fn saved_size(&self) -> SavedSize;
     /// An empty state.
     fn new_state(&self) -> Box<dyn State>;
     /// Decodes what [`State::encode`] wrote (the whole slice); `None` if it does not decode.
     fn decode(&self, bytes: &[u8]) -> Option<Box<dyn State>>;
+}
+
+/// How large an operation's saved state can grow: what lets a pipeline promise that every
+/// window's state and pane fits one Kafka record ([`crate::windowing::spec::RecordBudget`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SavedSize {
+    /// At most this many bytes, whatever the input.
+    AtMost(usize),
+    /// It keeps input values: its state stays within the share of a record
+    /// [`Params::max_bytes`] gives it, as long as no string it reads is longer than that share
+    /// divided by `value_divisor` (less 64 bytes of framing).
+    Share {
+        /// How many of the longest strings the share must hold at once.
+        value_divisor: usize,
+    },
 }
 
 /// The state of one aggregation over some elements.
@@ -174,6 +191,10 @@ pub struct Params {
     /// How many distinct values `count_distinct` and `top_k` keep (see
     /// [`counts::DEFAULT_MAX_VALUES`]).
     pub max_values: Option<u32>,
+    /// The bytes of a record an operation that keeps values may take (its
+    /// [`SavedSize::Share`]); not written by users but derived from the output's record limit.
+    /// `None` means no limit.
+    pub max_bytes: Option<usize>,
 }
 
 /// A constructor of an operation from its parameters; errors name what is wrong.

@@ -9,7 +9,7 @@
 //! values, the sample forms without two.
 
 use super::value::{take, take_f64, take_u64, Value};
-use super::{only, same, Aggregate, Input, Output, OutputType, Params, State};
+use super::{only, same, Aggregate, Input, Output, OutputType, Params, SavedSize, State};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +57,10 @@ impl Aggregate for Moments {
 
     fn output(&self) -> OutputType {
         OutputType::Double
+    }
+
+    fn saved_size(&self) -> SavedSize {
+        SavedSize::AtMost(32)
     }
 
     fn new_state(&self) -> Box<dyn State> {

@@ -4,7 +4,7 @@
 //! `mean` of no values are NULL. Count, sum and mean retract; minimum and maximum cannot.
 
 use super::value::{take_f64, take_u64, Value};
-use super::{only, same, Aggregate, Input, Output, OutputType, Params, State};
+use super::{only, same, Aggregate, Input, Output, OutputType, Params, SavedSize, State};
 use std::sync::Arc;
 
 /// Which of the simple numeric operations.
@@ -79,6 +79,10 @@ impl Aggregate for Simple {
             Kind::Count => OutputType::Integer,
             _ => OutputType::Double,
         }
+    }
+
+    fn saved_size(&self) -> SavedSize {
+        SavedSize::AtMost(32)
     }
 
     fn retractable(&self) -> bool {

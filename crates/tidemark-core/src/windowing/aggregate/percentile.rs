@@ -16,7 +16,7 @@
 //! its bins sparse and saves them as LEB128 gaps and counts.
 
 use super::value::{get_varint, put_varint, take, take_f64, take_u64, Value};
-use super::{only, same, Aggregate, Input, Output, OutputType, Params, State};
+use super::{only, same, Aggregate, Input, Output, OutputType, Params, SavedSize, State};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -75,6 +75,12 @@ impl Aggregate for Percentile {
 
     fn output(&self) -> OutputType {
         OutputType::Double
+    }
+
+    fn saved_size(&self) -> SavedSize {
+        // Version, zeros, min and max; then two stores of at most MAX_BINS bins, each a gap
+        // and a count as varints (at most 5 and 10 bytes), after the store's length.
+        SavedSize::AtMost(25 + 2 * (10 + MAX_BINS as usize * 15))
     }
 
     fn new_state(&self) -> Box<dyn State> {

@@ -231,6 +231,125 @@ proptest! {
     }
 }
 
+/// The share of a record the byte-bound tests give the operations that keep values.
+const SHARE: usize = crate::windowing::spec::MIN_SHARE;
+
+/// Every operation with the share [`SHARE`], and the longest string each may read.
+fn shared_ops() -> Vec<(AggSpec, Option<usize>)> {
+    all_ops()
+        .into_iter()
+        .map(|a| match a.op.saved_size() {
+            SavedSize::AtMost(_) => (a, None),
+            SavedSize::Share { value_divisor } => {
+                let params = Params {
+                    k: (a.op.name() == "top_k").then_some(3),
+                    max_bytes: Some(SHARE),
+                    ..Params::default()
+                };
+                let longest = SHARE / value_divisor - 64;
+                (spec(a.op.name(), params), Some(longest))
+            }
+        })
+        .collect()
+}
+
+/// Strings of up to 9,000 bytes (longer than a quarter of the share) and numbers.
+fn long_values() -> impl Strategy<Value = Vec<(Value, i64)>> {
+    prop::collection::vec(
+        prop_oneof![
+            (0usize..9_000, any::<u8>()).prop_map(|(n, c)| {
+                let c = char::from(b'a' + c % 26);
+                string(std::iter::repeat_n(c, n).collect::<String>())
+            }),
+            any::<i64>().prop_map(Value::Int),
+            Just(Value::Null),
+        ],
+        0..120,
+    )
+    .prop_map(|vs| {
+        vs.into_iter()
+            .enumerate()
+            .map(|(i, v)| (v, i as i64))
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn every_state_saves_within_its_saved_size(items in long_values(), cut in 0usize..120) {
+        // What `RecordBudget` promises: a state fed strings no longer than its operation may
+        // read never saves more than its `saved_size`, merged or not.
+        for (agg, longest) in shared_ops() {
+            let bound = match agg.op.saved_size() {
+                SavedSize::AtMost(n) => n,
+                SavedSize::Share { .. } => SHARE,
+            };
+            let items: Vec<(Value, i64)> = items
+                .iter()
+                .filter(|(v, _)| agg.op.input() != Input::Number || !matches!(v, Value::Str(_)))
+                .map(|(v, ts)| match (v, longest) {
+                    (Value::Str(s), Some(l)) if s.len() > l => (string(&s[..l]), *ts),
+                    _ => (v.clone(), *ts),
+                })
+                .collect();
+            let cut = cut.min(items.len());
+            let mut st = agg.op.new_state();
+            let mut saved = Vec::new();
+            for (i, (v, ts)) in items.iter().enumerate() {
+                st.add(v, *ts);
+                saved.clear();
+                st.encode(&mut saved);
+                prop_assert!(saved.len() <= bound, "{} after {i}: {} > {bound}", agg.op.name(), saved.len());
+            }
+            let mut left = agg.op.new_state();
+            let mut right = agg.op.new_state();
+            for (v, ts) in &items[..cut] {
+                left.add(v, *ts);
+            }
+            for (v, ts) in &items[cut..] {
+                right.add(v, *ts);
+            }
+            left.merge(&*right);
+            saved.clear();
+            left.encode(&mut saved);
+            prop_assert!(saved.len() <= bound, "{} merged: {} > {bound}", agg.op.name(), saved.len());
+        }
+    }
+}
+
+#[test]
+fn a_top_k_of_long_values_keeps_its_heavy_hitters_within_its_share() {
+    let aggs = [spec(
+        "top_k",
+        Params {
+            k: Some(2),
+            max_bytes: Some(SHARE),
+            ..Params::default()
+        },
+    )];
+    let long = |tag: &str| format!("{tag}-{}", "x".repeat(2_000));
+    let mut a = Acc::default();
+    for i in 0..3_000u64 {
+        let v = match i % 10 {
+            0..=2 => long("home"),
+            3..=4 => long("cart"),
+            _ => long(&format!("page-{i}")),
+        };
+        a.add(&aggs, &[string(v)], 0);
+        let mut saved = Vec::new();
+        a.encode(&mut saved);
+        assert!(saved.len() <= SHARE + 64, "{} after {i}", saved.len());
+    }
+    let Output::Top(top) = a.value(&aggs, 0) else {
+        panic!()
+    };
+    let names: Vec<Value> = top.iter().map(|(v, _)| v.clone()).collect();
+    assert_eq!(names, [string(long("home")), string(long("cart"))]);
+    // Never above the true count.
+    assert!(top[0].1 <= 900 && top[1].1 <= 600, "{top:?}");
+}
+
 #[test]
 fn a_distinct_count_past_its_bound_estimates_in_bounded_memory() {
     let aggs = [spec(
