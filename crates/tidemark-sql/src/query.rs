@@ -1,0 +1,494 @@
+//! A windowing query, `SELECT ... FROM TABLE(TUMBLE|HOP|SESSION(...)) [WHERE ...] GROUP BY
+//! window_start, window_end[, keys]`, read from the parser's tree into what a pipeline needs.
+
+use crate::ddl::{ColumnKind, Table};
+use crate::tokens::{join, statements};
+use sqlparser::ast::{
+    DateTimeField, DuplicateTreatment, Expr, FunctionArg, FunctionArgExpr, FunctionArguments,
+    GroupByExpr, Interval, Select, SelectItem, SetExpr, TableFactor, Value,
+};
+use sqlparser::tokenizer::Token;
+
+/// The window a query's table function asks for; durations in milliseconds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Window {
+    /// `TUMBLE(t, DESCRIPTOR(c), size [, offset])`.
+    Tumbling { size: i64, offset: i64 },
+    /// `HOP(t, DESCRIPTOR(c), slide, size [, offset])`.
+    Sliding { size: i64, slide: i64, offset: i64 },
+    /// `SESSION(t PARTITION BY keys, DESCRIPTOR(c), gap)`.
+    Session { gap: i64, partition: Vec<String> },
+}
+
+/// What a query reads and computes.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The source table's name.
+    pub source: String,
+    /// The window.
+    pub window: Window,
+    /// The time attribute's column (`DESCRIPTOR(c)`).
+    pub time_column: String,
+    /// The filter (`WHERE`), as expression text.
+    pub filter: Option<String>,
+    /// The grouping keys besides the window: expression text and column name.
+    pub keys: Vec<(String, String)>,
+    /// The aggregations: output column, operation, input expression text, parameters.
+    pub aggregations: Vec<Aggregation>,
+    /// The output columns, in `SELECT` order.
+    pub columns: Vec<OutColumn>,
+}
+
+/// One aggregation of a query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Aggregation {
+    /// The output column.
+    pub name: String,
+    /// tidemark's operation.
+    pub op: &'static str,
+    /// The input expression text, when the operation reads one.
+    pub field: Option<String>,
+    /// `approx_percentile`'s quantile.
+    pub q: Option<f64>,
+    /// `approx_percentile`'s relative error.
+    pub relative_error: Option<f64>,
+    /// `top_k`'s k.
+    pub k: Option<i64>,
+}
+
+/// One column of a query's rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutColumn {
+    /// `window_start`, under a name.
+    WindowStart(String),
+    /// `window_end`, under a name.
+    WindowEnd(String),
+    /// `window_time` (the window's end less 1 ms), under a name.
+    WindowTime(String),
+    /// Grouping key `part`, under a name.
+    Key {
+        /// The column's name.
+        name: String,
+        /// Which part of the key.
+        part: usize,
+    },
+    /// An aggregation's value, under its name.
+    Aggregate(String),
+}
+
+/// Reads a `SELECT` over `tables`; `problems` gets everything it cannot take.
+pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Option<Plan> {
+    if select.distinct.is_some() {
+        problems.push("SELECT DISTINCT is not supported; group by the columns instead".into());
+    }
+    if select.having.is_some() {
+        problems.push("HAVING is not supported yet: filter the rows downstream".into());
+    }
+    let [from] = select.from.as_slice() else {
+        problems.push("a query reads one window table function: FROM TABLE(TUMBLE(...))".into());
+        return None;
+    };
+    if !from.joins.is_empty() {
+        problems.push("joins are not supported yet".into());
+    }
+    let call = match &from.relation {
+        TableFactor::TableFunction {
+            expr: Expr::Function(f),
+            ..
+        } => f,
+        other => {
+            problems.push(format!(
+                "FROM {other}: a query reads a window table function, FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MINUTE)), HOP or SESSION"
+            ));
+            return None;
+        }
+    };
+    let kind = call.name.to_string().to_ascii_uppercase();
+    let args = arguments(&call.args);
+    let arg = |name: &str, pos: usize| -> Option<&Expr> {
+        args.iter()
+            .find(|(n, _)| n.as_deref().is_some_and(|n| n.eq_ignore_ascii_case(name)))
+            .or_else(|| args.get(pos).filter(|(n, _)| n.is_none()))
+            .map(|(_, e)| *e)
+    };
+    let partition: Vec<String> = args
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("__partition_by") => Some(
+                arguments(&f.args)
+                    .into_iter()
+                    .map(|(_, e)| e.to_string())
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        })
+        .next()
+        .unwrap_or_default();
+    // Positions after a session's partition keys move by one.
+    let shift = usize::from(!partition.is_empty());
+    let source = match arg("DATA", 0) {
+        Some(Expr::Identifier(t)) => t.value.clone(),
+        _ => {
+            problems.push(format!("{kind}: the first argument is the table, TABLE t"));
+            return None;
+        }
+    };
+    let Some(table) = tables.iter().find(|t| t.name.eq_ignore_ascii_case(&source)) else {
+        problems.push(format!("{kind}: no table {source:?} was created"));
+        return None;
+    };
+    let time_column = match arg("TIMECOL", 1 + shift) {
+        Some(Expr::Function(d)) if d.name.to_string().eq_ignore_ascii_case("DESCRIPTOR") => {
+            match arguments(&d.args).as_slice() {
+                [(_, Expr::Identifier(c))] => c.value.clone(),
+                _ => {
+                    problems.push(format!("{kind}: DESCRIPTOR names one time column"));
+                    return None;
+                }
+            }
+        }
+        _ => {
+            problems.push(format!("{kind}: the time column is DESCRIPTOR(column)"));
+            return None;
+        }
+    };
+    let mut dur = |name: &str, pos: usize, required: bool| -> Option<i64> {
+        match arg(name, pos) {
+            Some(e) => match duration(e) {
+                Ok(ms) => Some(ms),
+                Err(why) => {
+                    problems.push(format!("{kind} {name}: {why}"));
+                    None
+                }
+            },
+            None if required => {
+                problems.push(format!("{kind} needs its {name}"));
+                None
+            }
+            None => Some(0),
+        }
+    };
+    // A duration that is wrong was reported; 1 ms stands in, so that the rest is checked too.
+    let window = match kind.as_str() {
+        "TUMBLE" => Window::Tumbling {
+            size: dur("SIZE", 2, true).unwrap_or(1),
+            offset: dur("OFFSET", 3, false).unwrap_or(1),
+        },
+        "HOP" => Window::Sliding {
+            slide: dur("SLIDE", 2, true).unwrap_or(1),
+            size: dur("SIZE", 3, true).unwrap_or(1),
+            offset: dur("OFFSET", 4, false).unwrap_or(1),
+        },
+        "SESSION" => Window::Session {
+            gap: dur("GAP", 2 + shift, true).unwrap_or(1),
+            partition,
+        },
+        "CUMULATE" => {
+            problems.push("CUMULATE windows are not supported yet".into());
+            return None;
+        }
+        other => {
+            problems.push(format!(
+                "unknown window function {other}: use TUMBLE, HOP or SESSION"
+            ));
+            return None;
+        }
+    };
+    let subst = |e: &Expr| substitute(&e.to_string(), table);
+    let filter = select.selection.as_ref().map(subst);
+
+    // GROUP BY: the window's bounds and the keys.
+    let group: Vec<&Expr> = match &select.group_by {
+        GroupByExpr::Expressions(exprs, mods) if mods.is_empty() => exprs.iter().collect(),
+        _ => {
+            problems.push("GROUP BY lists the window's bounds and the keys".into());
+            return None;
+        }
+    };
+    let is_bound = |e: &Expr, name: &str| matches!(e, Expr::Identifier(i) if i.value.eq_ignore_ascii_case(name));
+    if !group.iter().any(|e| is_bound(e, "window_start"))
+        || !group.iter().any(|e| is_bound(e, "window_end"))
+    {
+        problems
+            .push("GROUP BY must include window_start and window_end, as Flink requires".into());
+    }
+    let key_exprs: Vec<&Expr> = group
+        .iter()
+        .copied()
+        .filter(|e| !is_bound(e, "window_start") && !is_bound(e, "window_end"))
+        .collect();
+
+    // SELECT: window columns, keys and aggregates, in order.
+    let mut keys: Vec<(String, String)> = key_exprs
+        .iter()
+        .map(|e| {
+            let name = match e {
+                Expr::Identifier(i) => i.value.clone(),
+                Expr::CompoundIdentifier(parts) => {
+                    parts.last().map(|p| p.value.clone()).unwrap_or_default()
+                }
+                other => other.to_string(),
+            };
+            (subst(e), name)
+        })
+        .collect();
+    let mut columns = Vec::new();
+    let mut aggregations = Vec::new();
+    for (i, item) in select.projection.iter().enumerate() {
+        let (expr, alias) = match item {
+            SelectItem::UnnamedExpr(e) => (e, None),
+            SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value.clone())),
+            other => {
+                problems.push(format!("SELECT {other}: name the columns"));
+                continue;
+            }
+        };
+        if is_bound(expr, "window_start") {
+            columns.push(OutColumn::WindowStart(
+                alias.unwrap_or("window_start".into()),
+            ));
+        } else if is_bound(expr, "window_end") {
+            columns.push(OutColumn::WindowEnd(alias.unwrap_or("window_end".into())));
+        } else if is_bound(expr, "window_time") {
+            columns.push(OutColumn::WindowTime(alias.unwrap_or("window_time".into())));
+        } else if let Some(part) = key_exprs.iter().position(|k| *k == expr) {
+            let name = alias.unwrap_or_else(|| keys[part].1.clone());
+            keys[part].1 = name.clone();
+            columns.push(OutColumn::Key { name, part });
+        } else if let Expr::Function(f) = expr {
+            let name = alias.unwrap_or(format!("EXPR${i}"));
+            match aggregate(f, &name, &subst) {
+                Ok(a) => {
+                    columns.push(OutColumn::Aggregate(name));
+                    aggregations.push(a);
+                }
+                Err(why) => problems.push(why),
+            }
+        } else {
+            problems.push(format!(
+                "SELECT {expr}: a column is window_start, window_end, window_time, a GROUP BY key or an aggregate"
+            ));
+        }
+    }
+    if let Window::Session { partition, .. } = &window {
+        let names: Vec<String> = key_exprs.iter().map(|e| e.to_string()).collect();
+        if !partition.is_empty() && partition != &names {
+            problems.push(format!(
+                "SESSION partitions by {} but the query groups by {}: they must be the same",
+                partition.join(", "),
+                names.join(", ")
+            ));
+        }
+    }
+    Some(Plan {
+        source: table.name.clone(),
+        window,
+        time_column,
+        filter,
+        keys,
+        aggregations,
+        columns,
+    })
+}
+
+/// A call's arguments: (name when named, expression); wildcards left out.
+fn arguments(args: &FunctionArguments) -> Vec<(Option<String>, &Expr)> {
+    let FunctionArguments::List(list) = args else {
+        return Vec::new();
+    };
+    list.args
+        .iter()
+        .filter_map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some((None, e)),
+            FunctionArg::Named {
+                name,
+                arg: FunctionArgExpr::Expr(e),
+                ..
+            } => Some((Some(name.value.clone()), e)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The aggregation a call names, as tidemark's operation.
+fn aggregate(
+    f: &sqlparser::ast::Function,
+    name: &str,
+    subst: &dyn Fn(&Expr) -> String,
+) -> Result<Aggregation, String> {
+    let fname = f.name.to_string().to_ascii_uppercase();
+    let FunctionArguments::List(list) = &f.args else {
+        return Err(format!("{fname}: expected arguments"));
+    };
+    let distinct = list.duplicate_treatment == Some(DuplicateTreatment::Distinct);
+    let star = matches!(
+        list.args.as_slice(),
+        [FunctionArg::Unnamed(FunctionArgExpr::Wildcard)]
+    );
+    let args = arguments(&f.args);
+    let number = |e: &Expr| -> Option<f64> {
+        match e {
+            Expr::Value(v) => match &v.value {
+                Value::Number(n, _) => n.parse().ok(),
+                _ => None,
+            },
+            _ => None,
+        }
+    };
+    let mut a = Aggregation {
+        name: name.to_string(),
+        op: "",
+        field: args.first().map(|(_, e)| subst(e)),
+        q: None,
+        relative_error: None,
+        k: None,
+    };
+    a.op = match (fname.as_str(), distinct) {
+        ("COUNT", false) if star || matches!(args.as_slice(), [(_, e)] if number(e).is_some()) => {
+            a.field = None;
+            "count"
+        }
+        ("COUNT", false) => {
+            return Err(format!(
+                "{name}: COUNT(x) counts the rows where x is not NULL, which is not supported yet: write COUNT(*) and filter NULLs in WHERE"
+            ))
+        }
+        ("COUNT", true) => "count_distinct",
+        ("SUM", false) => "sum",
+        ("MIN", false) => "min",
+        ("MAX", false) => "max",
+        ("AVG", false) => "mean",
+        ("STDDEV_POP", false) => "stddev_pop",
+        ("STDDEV_SAMP" | "STDDEV", false) => "stddev_samp",
+        ("VAR_POP", false) => "var_pop",
+        ("VAR_SAMP" | "VARIANCE", false) => "var_samp",
+        ("FIRST_VALUE", false) => "first",
+        ("LAST_VALUE", false) => "last",
+        ("APPROX_COUNT_DISTINCT", false) => "approx_count_distinct",
+        ("APPROX_PERCENTILE" | "PERCENTILE_APPROX", false) => {
+            a.q = args.get(1).and_then(|(_, e)| number(e));
+            a.relative_error = args.get(2).and_then(|(_, e)| number(e));
+            if a.q.is_none() {
+                return Err(format!("{name}: {fname}(x, q) needs a quantile q between 0 and 1"));
+            }
+            "approx_percentile"
+        }
+        ("TOP_K", false) => {
+            a.k = args.get(1).and_then(|(_, e)| number(e)).map(|k| k as i64);
+            "top_k"
+        }
+        (other, true) => return Err(format!("{name}: {other}(DISTINCT ...) is not supported")),
+        (other, false) => {
+            return Err(format!(
+                "{name}: {other} is not an aggregate tidemark knows (COUNT, SUM, MIN, MAX, AVG, STDDEV_POP, STDDEV_SAMP, VAR_POP, VAR_SAMP, FIRST_VALUE, LAST_VALUE, APPROX_COUNT_DISTINCT, APPROX_PERCENTILE, TOP_K)"
+            ))
+        }
+    };
+    if a.op != "count" && args.is_empty() {
+        return Err(format!("{name}: {fname} needs an argument"));
+    }
+    Ok(a)
+}
+
+/// An interval in milliseconds: `INTERVAL '10' SECOND` (any unit from millisecond to day),
+/// or `INTERVAL '10 seconds'`.
+pub fn duration(e: &Expr) -> Result<i64, String> {
+    let Expr::Interval(Interval {
+        value,
+        leading_field,
+        ..
+    }) = e
+    else {
+        return Err(format!("{e} is not an INTERVAL"));
+    };
+    let text = match value.as_ref() {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) => s.clone(),
+            Value::Number(n, _) => n.clone(),
+            other => return Err(format!("{other} is not a number of units")),
+        },
+        other => return Err(format!("{other} is not a number of units")),
+    };
+    let (n, unit) = match leading_field {
+        Some(f) => (text.trim().to_string(), unit_of_field(f)?),
+        None => {
+            let mut parts = text.split_whitespace();
+            let n = parts.next().unwrap_or_default().to_string();
+            let unit = parts
+                .next()
+                .ok_or(format!("INTERVAL '{text}' needs a unit"))?;
+            (n, unit_of_word(unit)?)
+        }
+    };
+    let n: i64 = n
+        .parse()
+        .map_err(|_| format!("{n:?} is not a whole number"))?;
+    n.checked_mul(unit)
+        .ok_or_else(|| format!("INTERVAL {text} is too long"))
+}
+
+fn unit_of_field(f: &DateTimeField) -> Result<i64, String> {
+    unit_of_word(&f.to_string())
+}
+
+fn unit_of_word(w: &str) -> Result<i64, String> {
+    Ok(match w.to_ascii_lowercase().trim_end_matches('s') {
+        "millisecond" => 1,
+        "second" => 1_000,
+        "minute" => 60_000,
+        "hour" => 3_600_000,
+        "day" => 86_400_000,
+        other => {
+            return Err(format!(
+                "unit {other:?}: use MILLISECOND, SECOND, MINUTE, HOUR or DAY"
+            ))
+        }
+    })
+}
+
+/// `text` with each computed column of `table` replaced by its expression, in parentheses.
+pub fn substitute(text: &str, table: &Table) -> String {
+    let Ok(stmts) = statements(text) else {
+        return text.to_string();
+    };
+    let Some(s) = stmts.first() else {
+        return text.to_string();
+    };
+    let mut out: Vec<Token> = Vec::new();
+    for (i, t) in s.tokens.iter().enumerate() {
+        let computed = match t {
+            Token::Word(w)
+                if out.last() != Some(&Token::Period)
+                    && s.tokens.get(i + 1) != Some(&Token::LParen) =>
+            {
+                table.column(&w.value).and_then(|c| match &c.kind {
+                    ColumnKind::Computed { expr } => Some(expr.clone()),
+                    _ => None,
+                })
+            }
+            _ => None,
+        };
+        match computed {
+            Some(expr) => {
+                out.push(Token::LParen);
+                out.extend(expr);
+                out.push(Token::RParen);
+            }
+            None => out.push(t.clone()),
+        }
+    }
+    // Written back as the parser writes expressions (`LOWER(page)`, not `LOWER ( page )`).
+    let text = join(&out);
+    sqlparser::parser::Parser::new(&sqlparser::dialect::GenericDialect {})
+        .try_with_sql(&text)
+        .and_then(|mut p| p.parse_expr())
+        .map_or(text, |e| e.to_string())
+}
+
+/// The `SELECT` of a query, if its body is one.
+pub fn select_of(q: &sqlparser::ast::Query) -> Option<&Select> {
+    match q.body.as_ref() {
+        SetExpr::Select(s) if q.order_by.is_none() && q.limit_clause.is_none() => Some(s),
+        _ => None,
+    }
+}

@@ -1,0 +1,145 @@
+use super::*;
+
+const CLICKS: &str = r#"
+SET 'name' = 'clicks_per_minute';
+CREATE TABLE clicks (
+  user_id STRING,
+  page STRING,
+  amount DOUBLE,
+  ts_ms BIGINT,
+  ts AS TO_TIMESTAMP_LTZ(ts_ms, 3),
+  WATERMARK FOR ts AS ts - INTERVAL '5' SECOND
+) WITH (
+  'connector' = 'kafka',
+  'topic' = 'clicks',
+  'properties.bootstrap.servers' = 'localhost:9092',
+  'format' = 'json',
+  'scan.watermark.idle-timeout' = '30 s'
+);
+CREATE TABLE per_minute WITH ('connector' = 'kafka', 'topic' = 'clicks-per-minute');
+"#;
+
+fn compiled(query: &str) -> Compiled {
+    let text = format!("{CLICKS}\n{query};");
+    compile(&text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn a_tumbling_window_query_becomes_a_pipeline_document() {
+    let c = compiled(
+        "INSERT INTO per_minute
+         SELECT window_start, window_end, user_id, COUNT(*) AS clicks, SUM(amount) AS spent,
+                COUNT(DISTINCT page) AS pages, APPROX_PERCENTILE(amount, 0.99) AS p99
+         FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE))
+         WHERE page <> 'health'
+         GROUP BY window_start, window_end, user_id",
+    );
+    let doc = toml::to_string(&c.pipeline).unwrap();
+    let want = [
+        "name = \"clicks_per_minute\"",
+        "timestamp = \"ts_ms\"",
+        "timestamp_unit = \"ms\"",
+        "filter = \"page <> 'health'\"",
+        "type = \"tumbling\"",
+        "size = \"60000ms\"",
+        "max_out_of_orderness = \"5000ms\"",
+        "idle_timeout = \"30000ms\"",
+        "input_topics = [\"clicks\"]",
+        "output_topic = \"clicks-per-minute\"",
+        "dead_letter_topic = \"clicks-per-minute-dead-letters\"",
+        "op = \"approx_percentile\"",
+        "q = 0.99",
+    ];
+    for w in want {
+        assert!(doc.contains(w), "{w} not in\n{doc}");
+    }
+    assert_eq!(
+        c.columns,
+        [
+            OutColumn::WindowStart("window_start".into()),
+            OutColumn::WindowEnd("window_end".into()),
+            OutColumn::Key {
+                name: "user_id".into(),
+                part: 0
+            },
+            OutColumn::Aggregate("clicks".into()),
+            OutColumn::Aggregate("spent".into()),
+            OutColumn::Aggregate("pages".into()),
+            OutColumn::Aggregate("p99".into()),
+        ]
+    );
+}
+
+#[test]
+fn hop_and_session_windows_and_expression_keys() {
+    let c = compiled(
+        "SELECT window_start, MOD(CAST(amount AS INT), 7) AS bucket, LAST_VALUE(page)
+         FROM TABLE(HOP(TABLE clicks, DESCRIPTOR(ts), INTERVAL '5' MINUTES, INTERVAL '10' MINUTES))
+         GROUP BY window_start, window_end, MOD(CAST(amount AS INT), 7)",
+    );
+    let doc = toml::to_string(&c.pipeline).unwrap();
+    assert!(doc.contains("slide = \"300000ms\""), "{doc}");
+    assert!(doc.contains("alias = \"bucket\""), "{doc}");
+    assert!(c.columns.contains(&OutColumn::Aggregate("EXPR$2".into())));
+    let c = compiled(
+        "SELECT window_start, window_end, user_id, COUNT(*) AS n
+         FROM TABLE(SESSION(TABLE clicks PARTITION BY user_id, DESCRIPTOR(ts), INTERVAL '30' MINUTES))
+         GROUP BY window_start, window_end, user_id",
+    );
+    let doc = toml::to_string(&c.pipeline).unwrap();
+    assert!(doc.contains("gap = \"1800000ms\""), "{doc}");
+    // No sink: a query for `simulate`, with no Kafka section.
+    assert!(!doc.contains("[kafka]"), "{doc}");
+}
+
+#[test]
+fn computed_columns_are_inlined_and_settings_reach_any_key() {
+    let text = format!(
+        "{CLICKS}
+        CREATE TABLE t2 (u STRING, lp AS LOWER(page), t TIMESTAMP(3), WATERMARK FOR t AS t) WITH ('format' = 'json');
+        SET 'kafka.properties.security.protocol' = 'SASL_SSL';
+        SET 'allowed_lateness' = '5s';
+        SELECT window_start, lp, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE t2, DESCRIPTOR(t), INTERVAL '10' SECONDS))
+        WHERE lp <> 'x' GROUP BY window_start, window_end, lp;"
+    );
+    let c = compile(&text).unwrap();
+    let doc = toml::to_string(&c.pipeline).unwrap();
+    assert!(doc.contains("filter = \"(LOWER(page)) <> 'x'\""), "{doc}");
+    assert!(doc.contains("expr = \"(LOWER(page))\""), "{doc}");
+    assert!(doc.contains("timestamp = \"t\""), "{doc}");
+    assert!(doc.contains("allowed_lateness = \"5s\""), "{doc}");
+    assert!(
+        doc.contains("\"security.protocol\" = \"SASL_SSL\""),
+        "{doc}"
+    );
+}
+
+#[test]
+fn every_problem_is_reported_with_its_line() {
+    let text =
+        "CREATE TABLE t (a INT, ts BIGINT, WATERMARK FOR ts AS ts + 1) WITH ('colour' = 'red');\n\
+                SELECT window_start, a, b, COUNT(x) AS n, MEDIAN(a) AS m\n\
+                FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' WEEK))\n\
+                GROUP BY window_start, a;";
+    let err = compile(text).unwrap_err();
+    let all = err.to_string();
+    for want in ["unknown option \"colour\"", "unit \"week\""] {
+        assert!(all.contains(want), "{want} not in\n{all}");
+    }
+    let text =
+        "CREATE TABLE t (a INT, ts BIGINT, WATERMARK FOR ts AS ts) WITH ('format' = 'json');\n\
+                SELECT window_start, a, b, COUNT(x) AS n, MEDIAN(a) AS m\n\
+                FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MINUTE))\n\
+                GROUP BY window_start, a;";
+    let all = compile(text).unwrap_err().to_string();
+    for want in [
+        "line 2: GROUP BY must include window_start and window_end",
+        "SELECT b: a column is",
+        "COUNT(x) counts the rows",
+        "MEDIAN is not an aggregate",
+    ] {
+        assert!(all.contains(want), "{want} not in\n{all}");
+    }
+    assert!(compile("SELECT 1;").is_err());
+    assert!(compile("").unwrap_err().to_string().contains("no query"));
+}
