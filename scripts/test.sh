@@ -60,7 +60,7 @@ only() {
     esac
   done
 }
-killing=(chaos_direct chaos_hop crash_recovery postgres_sink)
+killing=(chaos_direct chaos_hop crash_recovery postgres_sink sql)
 others=()
 for m in "${modules[@]}"; do
   case " wedged_group injected_faults ${killing[*]} " in

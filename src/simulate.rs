@@ -40,6 +40,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
+use tidemark_sql::OutColumn;
 
 /// How often (in events) the engine's state is flushed to RocksDB during a simulation. One
 /// flush writes every state changed since the last as one batch, so a longer stretch coalesces
@@ -242,9 +243,22 @@ pub fn run<S: StateBackend + Clone + 'static>(
 pub fn run_inputs<S: StateBackend + Clone + 'static>(
     spec: &PipelineSpec,
     store: &S,
+    inputs: Vec<Input<'_>>,
+    panes: &mut dyn Write,
+    dead_letters: &mut dyn Write,
+) -> Result<Summary, SimulateError> {
+    run_query(spec, store, inputs, panes, dead_letters, None)
+}
+
+/// As [`run_inputs`], writing each pane as the row of a SQL query's `columns` when given
+/// ([`crate::format::row::sql_row`]).
+pub fn run_query<S: StateBackend + Clone + 'static>(
+    spec: &PipelineSpec,
+    store: &S,
     mut inputs: Vec<Input<'_>>,
     panes: &mut dyn Write,
     dead_letters: &mut dyn Write,
+    columns: Option<&[OutColumn]>,
 ) -> Result<Summary, SimulateError> {
     let registry = match &spec.schema_registry {
         None => None,
@@ -266,6 +280,7 @@ pub fn run_inputs<S: StateBackend + Clone + 'static>(
         aggregations: &spec.engine.aggregations,
         shape: KeyShape::of(spec.input.key.len()),
         record_bytes: spec.record_bytes,
+        columns,
     };
     let mut summary = Summary::default();
     let mut now: i64 = 0;
@@ -359,6 +374,8 @@ struct Out<'w> {
     shape: KeyShape,
     /// The bytes one output record may take ([`PipelineSpec::record_bytes`]).
     record_bytes: usize,
+    /// A SQL query's columns: panes are written as its rows.
+    columns: Option<&'w [OutColumn]>,
 }
 
 impl Out<'_> {
@@ -422,7 +439,13 @@ impl Out<'_> {
                 continue;
             }
             summary.panes += 1;
-            writeln!(self.panes, "{line}")?;
+            match self.columns {
+                None => writeln!(self.panes, "{line}")?,
+                Some(columns) => {
+                    let row = crate::format::row::sql_row(&line, columns, self.shape);
+                    writeln!(self.panes, "{row}")?
+                }
+            }
         }
         Ok(())
     }

@@ -7,33 +7,60 @@ use crate::windowing::assigner::WindowKind;
 use crate::windowing::trigger::{Accumulation, LateFiring};
 use clap::Args;
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 /// Print the plan a pipeline file builds.
 #[derive(Debug, Args)]
 pub struct Explain {
-    /// The pipeline file (TOML).
-    #[arg(long)]
-    config: PathBuf,
+    #[command(flatten)]
+    pipeline: super::PipelineArgs,
 }
 
 impl Explain {
-    /// Prints the plan (exit status 0), or every violation (exit status 2).
+    /// Prints the plan (exit status 0), or every violation (exit status 2). For a SQL file it
+    /// also prints the query's columns and the pipeline file the query compiles into.
     pub fn execute(self) -> anyhow::Result<i32> {
-        match config::load(&self.config, &crate::sink::sections()) {
-            Ok((spec, warnings)) => {
+        match self.pipeline.load() {
+            Ok(config::Loaded {
+                spec,
+                warnings,
+                sql,
+            }) => {
                 print!("{}", plan(&spec));
                 for w in &warnings {
                     println!("warning: {w}");
                 }
+                if let Some(sql) = sql {
+                    print!("{}", sql_part(&sql));
+                }
                 Ok(0)
             }
             Err(e) => {
-                eprintln!("{}: {e}", self.config.display());
+                eprintln!("{}: {e}", self.pipeline.path().display());
                 Ok(2)
             }
         }
     }
+}
+
+/// What a SQL file adds to the plan: its rows' columns, and the pipeline file it means.
+fn sql_part(sql: &tidemark_sql::Compiled) -> String {
+    use tidemark_sql::OutColumn;
+    let columns: Vec<String> = sql
+        .columns
+        .iter()
+        .map(|c| match c {
+            OutColumn::WindowStart(n) => format!("{n} (window_start)"),
+            OutColumn::WindowEnd(n) => format!("{n} (window_end)"),
+            OutColumn::WindowTime(n) => format!("{n} (window_time)"),
+            OutColumn::Key { name, part } => format!("{name} (key part {part})"),
+            OutColumn::Aggregate(n) => n.clone(),
+        })
+        .collect();
+    format!(
+        "  rows:        {}\n\nAs a pipeline file:\n{}",
+        columns.join(", "),
+        toml::to_string(&sql.pipeline).unwrap_or_default()
+    )
 }
 
 /// A duration in milliseconds as the pipeline file would write it.

@@ -15,6 +15,7 @@
 
 pub mod audit;
 pub mod explain;
+mod pipeline;
 pub mod probe;
 pub mod produce;
 pub mod replay;
@@ -28,6 +29,7 @@ use crate::config;
 use crate::coordinator::Stop;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+pub use pipeline::PipelineArgs;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,18 +1,17 @@
 //! `tidemark run`: the pipeline as a member of its consumer group.
 
-use super::{load_config, stop_on_signal};
+use super::stop_on_signal;
 use crate::coordinator;
 use anyhow::Context;
 use clap::Args;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Run the pipeline as a member of its Kafka consumer group, exactly once.
 #[derive(Debug, Args)]
 pub struct Run {
-    /// The pipeline file (TOML) with a [kafka] section.
-    #[arg(long)]
-    config: PathBuf,
+    /// The pipeline, with its Kafka settings.
+    #[command(flatten)]
+    pipeline: super::PipelineArgs,
     /// Copy input records to the output topic through the same transactional commit cycle,
     /// without windows or state: the baseline of the Kafka benchmark.
     #[arg(long)]
@@ -22,7 +21,7 @@ pub struct Run {
 impl Run {
     /// Runs until SIGTERM or SIGINT (exit status 0), a refusal (2) or a fatal error (1).
     pub fn execute(self) -> anyhow::Result<i32> {
-        let spec = load_config(&self.config)?;
+        let spec = self.pipeline.load_logged()?.spec;
         let health = Arc::new(crate::metrics::Health::default());
         if let Some(addr) = spec.metrics_address {
             let bound = crate::metrics::install(addr, health.clone())

@@ -1,6 +1,5 @@
 //! `tidemark simulate`: a pipeline over a file of events, without Kafka.
 
-use super::load_config;
 use crate::simulate;
 use crate::state::store::StateStore;
 use anyhow::Context;
@@ -12,14 +11,13 @@ use std::path::PathBuf;
 /// Run a pipeline over files of records, without Kafka.
 #[derive(Debug, Args)]
 pub struct Simulate {
-    /// The pipeline file (TOML).
-    #[arg(long)]
-    config: PathBuf,
+    #[command(flatten)]
+    pipeline: super::PipelineArgs,
     /// Records and control lines, one per line: JSON values, or base64 of Avro values. Give it
     /// several times for several inputs (watermark sources), read in turns.
     #[arg(long, required = true)]
     input: Vec<PathBuf>,
-    /// Where to write panes (default: standard output).
+    /// Where to write panes, or a SQL query's rows (default: standard output).
     #[arg(long)]
     output: Option<PathBuf>,
     /// Where to write dead letters (default: standard error).
@@ -43,7 +41,9 @@ fn writer(path: &Option<PathBuf>, default: Box<dyn Write>) -> anyhow::Result<Box
 impl Simulate {
     /// Runs the simulation and prints a summary on standard error.
     pub fn execute(self) -> anyhow::Result<i32> {
-        let spec = load_config(&self.config)?;
+        let loaded = self.pipeline.load_logged()?;
+        let spec = loaded.spec;
+        let columns = loaded.sql.map(|c| c.columns);
         let tmp;
         let dir = match self.state_dir {
             Some(d) => d,
@@ -67,7 +67,14 @@ impl Simulate {
             Box::new(BufWriter::new(std::io::stdout().lock())),
         )?;
         let mut dead = writer(&self.dead_letter, Box::new(std::io::stderr()))?;
-        let s = simulate::run_inputs(&spec, &store, inputs, &mut panes, &mut dead)?;
+        let s = simulate::run_query(
+            &spec,
+            &store,
+            inputs,
+            &mut panes,
+            &mut dead,
+            columns.as_deref(),
+        )?;
         eprintln!(
             "simulate: {} lines, {} events, {} filtered, {} panes, {} late, {} other dead letters",
             s.lines, s.events, s.filtered, s.panes, s.late, s.malformed

@@ -1,22 +1,21 @@
 //! `tidemark validate`: checks a pipeline file and prints every problem found.
 
-use crate::config;
+use super::PipelineArgs;
 use clap::Args;
-use std::path::PathBuf;
 
 /// Check a pipeline file and print every problem found.
 #[derive(Debug, Args)]
 pub struct Validate {
-    /// The pipeline file (TOML).
-    #[arg(long)]
-    config: PathBuf,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
 }
 
 impl Validate {
     /// Prints the warnings and `ok` (exit status 0), or every violation (exit status 2).
     pub fn execute(self) -> anyhow::Result<i32> {
-        match config::load(&self.config, &crate::sink::sections()) {
-            Ok((spec, warnings)) => {
+        let path = self.pipeline.path().display();
+        match self.pipeline.load() {
+            Ok(crate::config::Loaded { spec, warnings, .. }) => {
                 for w in &warnings {
                     println!("warning: {w}");
                 }
@@ -43,15 +42,11 @@ impl Validate {
                         );
                     }
                 }
-                println!(
-                    "{}: ok (pipeline {:?})",
-                    self.config.display(),
-                    spec.engine.name
-                );
+                println!("{path}: ok (pipeline {:?})", spec.engine.name);
                 Ok(0)
             }
             Err(e) => {
-                eprintln!("{}: {e}", self.config.display());
+                eprintln!("{path}: {e}");
                 Ok(2)
             }
         }

@@ -578,6 +578,9 @@ pub enum ConfigError {
     /// An environment override does not apply.
     #[error("{0}")]
     Parse(String),
+    /// A SQL pipeline file does not compile; every problem is listed with its line.
+    #[error("the SQL does not compile:\n{0}")]
+    Sql(#[from] tidemark_sql::SqlError),
     /// The configuration parsed but breaks rules; every violation is listed.
     #[error("invalid configuration:\n{}", .0.iter().map(|v| format!("  - {v}")).collect::<Vec<_>>().join("\n"))]
     Invalid(Vec<Violation>),
@@ -598,7 +601,54 @@ pub fn parse_raw(
     text: &str,
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<RawConfig, ConfigError> {
-    let mut tree: toml::Table = toml::from_str(text)?;
+    from_tree(toml::from_str(text)?, env)
+}
+
+/// Compiles a SQL pipeline file's text ([`tidemark_sql`]) into the pipeline document a TOML
+/// file would hold, applies overrides from `env` and deserializes it; with what the compiler
+/// made (the document and the query's columns).
+pub fn parse_sql(
+    text: &str,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<(RawConfig, tidemark_sql::Compiled), ConfigError> {
+    let compiled = tidemark_sql::compile(text)?;
+    let raw = from_tree(compiled.pipeline.clone(), env)?;
+    Ok((raw, compiled))
+}
+
+/// A pipeline read from its file, TOML or SQL, and validated.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The pipeline.
+    pub spec: PipelineSpec,
+    /// What `validate` warns of.
+    pub warnings: Vec<String>,
+    /// For a SQL file, what it compiled into.
+    pub sql: Option<tidemark_sql::Compiled>,
+}
+
+/// Reads a SQL pipeline file, applies `TIDEMARK__*` overrides from the environment, validates
+/// it (sink sections checked by `sinks`).
+pub fn load_sql(path: &Path, sinks: &[&dyn SinkSection]) -> Result<Loaded, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let (mut raw, compiled) = parse_sql(&text, std::env::vars())?;
+    raw.base_dir = path.parent().map(Path::to_path_buf);
+    let (spec, warnings) = raw.validate_with(sinks)?;
+    Ok(Loaded {
+        spec,
+        warnings,
+        sql: Some(compiled),
+    })
+}
+
+/// Applies overrides from `env` to a pipeline document and deserializes it.
+fn from_tree(
+    mut tree: toml::Table,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<RawConfig, ConfigError> {
     let mut overrides: Vec<(String, String)> = env
         .into_iter()
         .filter(|(k, _)| k.starts_with(ENV_PREFIX))

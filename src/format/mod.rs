@@ -15,6 +15,7 @@ pub mod avro;
 pub mod dead_letter;
 pub mod pane;
 pub mod repartition;
+pub mod row;
 
 use crate::input::avro::{decode_value, parse_schema, AvroError, Framing};
 use crate::kafka::raw_log::RawRecord;

@@ -37,4 +37,5 @@ mod repartition;
 mod replay;
 mod run;
 mod scale;
+mod sql;
 mod wedged_group;

@@ -24,4 +24,5 @@ mod k8s;
 mod ops;
 mod reference;
 mod simulate_bytes;
+mod sql;
 mod stack;
