@@ -199,6 +199,16 @@ pub fn plan(spec: &PipelineSpec) -> String {
                         String::new()
                     }
                 ),
+                WindowKind::Cumulate { size, step, offset } => format!(
+                    "cumulative: periods of {}, a window ending every {}{}",
+                    dur(size),
+                    dur(step),
+                    if offset != 0 {
+                        format!(" offset {}", dur(offset))
+                    } else {
+                        String::new()
+                    }
+                ),
                 WindowKind::Session { gap } => format!("session, gap {}", dur(gap)),
                 WindowKind::Global { idle_expiry } => format!(
                     "global{}",

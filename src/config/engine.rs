@@ -112,6 +112,37 @@ pub(super) fn validate_window(cfg: &RawConfig, c: &mut Checker) -> Option<Window
                 offset,
             })
         }
+        RawWindow::Cumulate { size, step, offset } => {
+            let size = c.duration("window.size", Some(size), 0, true);
+            let step = c.duration("window.step", Some(step), 0, true);
+            let offset = c.duration("window.offset", offset.as_deref(), 0, false);
+            let (size, step, offset) = (size?, step?, offset?);
+            if size % step != 0 {
+                c.fail(
+                    "window.step",
+                    format!(
+                        "the size ({}) must be a whole number of steps ({})",
+                        format_duration(size),
+                        format_duration(step)
+                    ),
+                );
+                return None;
+            }
+            if offset >= size {
+                c.fail(
+                    "window.offset",
+                    format!("must be shorter than the size ({})", format_duration(size)),
+                );
+                return None;
+            }
+            if size / step > 100 {
+                c.warnings.push(format!(
+                    "window.step: size/step = {}: every event is in up to that many windows",
+                    size / step
+                ));
+            }
+            Some(WindowKind::Cumulate { size, step, offset })
+        }
         RawWindow::Session { gap } => {
             let gap = c.duration("window.gap", Some(gap), 0, true)?;
             Some(WindowKind::Session { gap })
@@ -171,7 +202,7 @@ pub(super) fn validate_trigger_for_window(
                 ));
             }
         }
-        WindowKind::Tumbling { .. } | WindowKind::Session { .. } => {}
+        WindowKind::Tumbling { .. } | WindowKind::Cumulate { .. } | WindowKind::Session { .. } => {}
     }
 }
 

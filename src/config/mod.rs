@@ -352,6 +352,17 @@ pub enum RawWindow {
         #[serde(default)]
         offset: Option<String>,
     },
+    /// Cumulative windows (Flink's `CUMULATE`): windows from each period's start, one ending
+    /// every step, up to the size.
+    Cumulate {
+        /// The period, and the largest window.
+        size: String,
+        /// How far each window ends after the one before; the size is a whole number of steps.
+        step: String,
+        /// Offset of the periods from the epoch.
+        #[serde(default)]
+        offset: Option<String>,
+    },
     /// Per-key sessions.
     Session {
         /// Inactivity gap that closes a session.

@@ -675,3 +675,34 @@ fn every_unknown_key_is_listed_at_once_with_the_key_it_meant() {
     let err = parse_raw(&text, no_env()).unwrap_err().to_string();
     assert!(err.contains("did you mean \"sliding\"?"), "{err}");
 }
+
+#[test]
+fn cumulative_windows_are_a_whole_number_of_steps() {
+    let cumulate = |size: &str, step: &str| {
+        GOOD.replace(
+            "type = \"sliding\"\nsize = \"10m\"\nslide = \"1m\"",
+            &format!("type = \"cumulate\"\nsize = \"{size}\"\nstep = \"{step}\""),
+        )
+    };
+    let (spec, _) = parse_raw(&cumulate("1h", "15m"), no_env())
+        .unwrap()
+        .validate()
+        .unwrap();
+    assert_eq!(
+        spec.engine.window,
+        WindowKind::Cumulate {
+            size: 3_600_000,
+            step: 900_000,
+            offset: 0
+        }
+    );
+    let err = parse_raw(&cumulate("1h", "7m"), no_env())
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("window.step") && err.contains("whole number of steps"),
+        "{err}"
+    );
+}

@@ -307,7 +307,7 @@ proptest! {
     fn reopening_flushed_state_changes_nothing(
         ops in ops_with_clock(150),
         cut_every in 1usize..12,
-        kind in 0u8..4,
+        kind in 0u8..5,
         lateness in 0i64..40,
         counts in 0u8..5,
         every in any::<bool>(),
@@ -316,6 +316,7 @@ proptest! {
             0 => "type = \"tumbling\"\nsize = \"10ms\"",
             1 => "type = \"sliding\"\nsize = \"20ms\"\nslide = \"5ms\"",
             2 => "type = \"session\"\ngap = \"7ms\"",
+            4 => "type = \"cumulate\"\nsize = \"20ms\"\nstep = \"5ms\"",
             _ => "type = \"global\"\nidle_expiry = \"30ms\"",
         };
         // Pending counts and latest element times are part of the stored state.

@@ -72,7 +72,7 @@ fn every_sql_example_gives_flinks_rows() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 4, "every example has its Flink rows");
+    assert_eq!(checked, 5, "every example has its Flink rows");
 }
 
 #[test]

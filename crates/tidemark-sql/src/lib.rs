@@ -310,6 +310,14 @@ fn document(
                 window.insert("offset".into(), ms(*offset));
             }
         }
+        Window::Cumulate { size, step, offset } => {
+            window.insert("type".into(), s("cumulate"));
+            window.insert("size".into(), ms(*size));
+            window.insert("step".into(), ms(*step));
+            if *offset != 0 {
+                window.insert("offset".into(), ms(*offset));
+            }
+        }
         Window::Session { gap, .. } => {
             window.insert("type".into(), s("session"));
             window.insert("gap".into(), ms(*gap));

@@ -16,6 +16,8 @@ pub enum Window {
     Tumbling { size: i64, offset: i64 },
     /// `HOP(t, DESCRIPTOR(c), slide, size [, offset])`.
     Sliding { size: i64, slide: i64, offset: i64 },
+    /// `CUMULATE(t, DESCRIPTOR(c), step, size [, offset])`.
+    Cumulate { size: i64, step: i64, offset: i64 },
     /// `SESSION(t PARTITION BY keys, DESCRIPTOR(c), gap)`.
     Session { gap: i64, partition: Vec<String> },
 }
@@ -183,13 +185,14 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
             gap: dur("GAP", 2 + shift, true).unwrap_or(1),
             partition,
         },
-        "CUMULATE" => {
-            problems.push("CUMULATE windows are not supported yet".into());
-            return None;
-        }
+        "CUMULATE" => Window::Cumulate {
+            step: dur("STEP", 2, true).unwrap_or(1),
+            size: dur("SIZE", 3, true).unwrap_or(1),
+            offset: dur("OFFSET", 4, false).unwrap_or(1),
+        },
         other => {
             problems.push(format!(
-                "unknown window function {other}: use TUMBLE, HOP or SESSION"
+                "unknown window function {other}: use TUMBLE, HOP, CUMULATE or SESSION"
             ));
             return None;
         }

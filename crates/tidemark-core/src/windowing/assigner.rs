@@ -71,6 +71,18 @@ pub enum WindowKind {
         /// Shift of the window grid from the epoch.
         offset: i64,
     },
+    /// Cumulative windows (Flink's `CUMULATE`): every `size` (aligned as a tumbling window) a new
+    /// period starts, and its windows all start there and end every `step`, `[start, start +
+    /// step)`, `[start, start + 2 step)`, ... up to `[start, start + size)` (`size` a multiple of
+    /// `step`): a running total of the period, final at each step.
+    Cumulate {
+        /// The period's length: the largest window.
+        size: i64,
+        /// How far each window ends after the one before.
+        step: i64,
+        /// Shift of the periods from the epoch.
+        offset: i64,
+    },
     /// Per-key sessions that close after `gap` without events.
     Session {
         /// Inactivity gap.
@@ -95,7 +107,9 @@ impl WindowKind {
                 slide,
                 offset,
             } => Some((size, slide, offset)),
-            WindowKind::Session { .. } | WindowKind::Global { .. } => None,
+            WindowKind::Cumulate { .. }
+            | WindowKind::Session { .. }
+            | WindowKind::Global { .. } => None,
         }
     }
 
@@ -111,15 +125,29 @@ impl WindowKind {
                     size,
                     slide,
                     global: false,
+                    cumulative: false,
                 }
             }
             None => match *self {
+                // The period's windows that end after `ts`, the longest first.
+                WindowKind::Cumulate { size, step, offset } => {
+                    let start = floor_align(ts, size, offset);
+                    WindowIter {
+                        next_start: start + size,
+                        min_start_exclusive: ts,
+                        size: start,
+                        slide: step,
+                        global: false,
+                        cumulative: true,
+                    }
+                }
                 WindowKind::Session { gap } => WindowIter {
                     next_start: ts,
                     min_start_exclusive: ts - 1,
                     size: gap,
                     slide: gap,
                     global: false,
+                    cumulative: false,
                 },
                 _ => WindowIter {
                     global: true,
@@ -130,7 +158,9 @@ impl WindowKind {
     }
 }
 
-/// Iterator over the windows of one event (see [`WindowKind::assign`]).
+/// Iterator over the windows of one event (see [`WindowKind::assign`]). For cumulative windows
+/// `next_start` is the next window's end, `min_start_exclusive` the event time, `size` the
+/// period's start and `slide` the step.
 #[derive(Debug, Clone)]
 pub struct WindowIter {
     next_start: Millis,
@@ -139,6 +169,8 @@ pub struct WindowIter {
     slide: i64,
     /// Yields [`Window::GLOBAL`] once, then nothing.
     global: bool,
+    /// Windows of one start, ends moving back by `slide`.
+    cumulative: bool,
 }
 
 impl WindowIter {
@@ -148,6 +180,7 @@ impl WindowIter {
         size: 0,
         slide: 0,
         global: false,
+        cumulative: false,
     };
 }
 
@@ -160,6 +193,11 @@ impl Iterator for WindowIter {
         }
         if self.next_start <= self.min_start_exclusive {
             return None;
+        }
+        if self.cumulative {
+            let w = Window::new(self.size, self.next_start);
+            self.next_start -= self.slide;
+            return Some(w);
         }
         let w = Window::new(self.next_start, self.next_start + self.size);
         self.next_start -= self.slide;
@@ -225,6 +263,33 @@ impl SliceGrid {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cumulative_windows_share_their_period_start_and_end_every_step() {
+        let k = WindowKind::Cumulate {
+            size: 60,
+            step: 20,
+            offset: 5,
+        };
+        let got: Vec<(i64, i64)> = k.assign(31).map(|w| (w.start, w.end)).collect();
+        assert_eq!(got, [(5, 65), (5, 45)]);
+        let got: Vec<(i64, i64)> = k.assign(5).map(|w| (w.start, w.end)).collect();
+        assert_eq!(got, [(5, 65), (5, 45), (5, 25)]);
+        let got: Vec<(i64, i64)> = k.assign(-10).map(|w| (w.start, w.end)).collect();
+        assert_eq!(got, [(-55, 5)]);
+        for ts in -200..200 {
+            for w in k.assign(ts) {
+                assert!(w.contains(ts), "{ts} in {w:?}");
+                assert_eq!((w.end - w.start) % 20, 0);
+                assert!(w.end - w.start <= 60);
+            }
+            assert_eq!(
+                k.assign(ts).count() as i64,
+                (floor_align(ts, 60, 5) + 60 - ts + 19) / 20,
+                "{ts}"
+            );
+        }
+    }
     use proptest::prelude::*;
 
     #[test]

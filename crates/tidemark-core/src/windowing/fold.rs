@@ -12,7 +12,8 @@
 //! one by one as long as none of their windows has passed the watermark where they are merged,
 //! so the caller folds an event only when its earliest window ends after the watermark the
 //! merging side can have reached ([`Folder::admits`]). Session windows (which merge by each
-//! event's time) and triggers that count events take no partials ([`unsupported`]).
+//! event's time), cumulative windows and triggers that count events take no partials
+//! ([`unsupported`]).
 
 use super::aggregate::{Acc, AggSpec, Value};
 use super::assigner::WindowKind;
@@ -25,6 +26,8 @@ use std::sync::Arc;
 pub fn unsupported(spec: &EngineSpec) -> Option<&'static str> {
     if matches!(spec.window, WindowKind::Session { .. }) {
         Some("session windows merge by each event's time")
+    } else if matches!(spec.window, WindowKind::Cumulate { .. }) {
+        Some("cumulative windows are not folded yet")
     } else if spec.trigger.counts() {
         Some("the trigger counts events")
     } else {

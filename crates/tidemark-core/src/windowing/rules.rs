@@ -29,7 +29,7 @@ impl Layout {
     /// The layout tidemark uses for a pipeline.
     pub fn for_spec(spec: &EngineSpec) -> Layout {
         match spec.window {
-            WindowKind::Tumbling { .. } => Layout::PerWindow,
+            WindowKind::Tumbling { .. } | WindowKind::Cumulate { .. } => Layout::PerWindow,
             WindowKind::Sliding {
                 size,
                 slide,
