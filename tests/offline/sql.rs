@@ -133,3 +133,73 @@ fn explain_shows_a_query_as_the_pipeline_file_it_means() {
     assert_eq!(from_sql.spec.fingerprint(), from_toml.fingerprint());
     assert!(text.contains("rows:"), "{text}");
 }
+
+/// Every example pipeline with a SQL twin (`X.toml` and `X.sql` side by side), and the events
+/// file it is run over.
+const TWINS: [(&str, &str); 8] = [
+    ("clicks/pipeline", "clicks/events"),
+    ("sessions/sessions", "sessions/events"),
+    ("guides/clickstream", "guides/events"),
+    ("guides/global-sliding", "guides/events"),
+    ("guides/page-country", "guides/events"),
+    ("guides/processing-time", "guides/arrivals"),
+    ("dataflow/corrections", "dataflow/events"),
+    ("dataflow/counters", "dataflow/events"),
+];
+
+/// The panes and dead letters `spec` gives over `events`, as `simulate` writes them.
+fn panes_of(spec: &tidemark::config::PipelineSpec, events: &std::path::Path) -> (String, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tidemark::state::store::StateStore::open(tmp.path()).unwrap();
+    let input = std::io::BufReader::new(std::fs::File::open(events).unwrap());
+    let (mut panes, mut dead) = (Vec::new(), Vec::new());
+    tidemark::simulate::run(spec, &store, input, &mut panes, &mut dead).unwrap();
+    (
+        String::from_utf8(panes).unwrap(),
+        String::from_utf8(dead).unwrap(),
+    )
+}
+
+#[test]
+fn every_example_pipeline_has_a_sql_twin_with_its_plan_and_panes() {
+    let sinks = tidemark::sink::sections();
+    let mut twins = 0;
+    for (pipeline, events) in TWINS {
+        let examples = root().join("examples");
+        let (toml, _) = tidemark::config::load(&examples.join(format!("{pipeline}.toml")), &sinks)
+            .unwrap_or_else(|e| panic!("{pipeline}.toml: {e}"));
+        let sql = tidemark::config::load_sql(&examples.join(format!("{pipeline}.sql")), &sinks)
+            .unwrap_or_else(|e| panic!("{pipeline}.sql: {e}"))
+            .spec;
+        assert_eq!(
+            tidemark::cli::explain::plan(&toml),
+            tidemark::cli::explain::plan(&sql),
+            "{pipeline}: explain differs"
+        );
+        assert_eq!(toml.fingerprint(), sql.fingerprint(), "{pipeline}");
+        let events = examples.join(format!("{events}.jsonl"));
+        let (want, got) = (panes_of(&toml, &events), panes_of(&sql, &events));
+        assert!(!want.0.is_empty(), "{pipeline}: no panes");
+        assert_eq!(want, got, "{pipeline}: panes or dead letters differ");
+        twins += 1;
+    }
+    // Every pipeline file of examples/ that a member runs beside Kafka alone has its twin.
+    let mut tomls = Vec::new();
+    for dir in ["clicks", "sessions", "guides", "dataflow"] {
+        for e in std::fs::read_dir(root().join("examples").join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().and_then(|x| x.to_str()) == Some("toml") {
+                tomls.push(format!(
+                    "{dir}/{}",
+                    p.file_stem().unwrap().to_str().unwrap()
+                ));
+            }
+        }
+    }
+    tomls.retain(|t| t != "clicks/kafka-demo"); // the demo's, with its PostgreSQL sink
+    tomls.sort();
+    let mut named: Vec<String> = TWINS.iter().map(|(p, _)| p.to_string()).collect();
+    named.sort();
+    assert_eq!(tomls, named);
+    assert_eq!(twins, 8);
+}

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ddl;
+pub mod emit;
 pub mod query;
 pub mod tokens;
 
@@ -99,6 +100,14 @@ pub fn compile(text: &str) -> Result<Compiled, SqlError> {
         return Err(SqlError { problems });
     };
     let mut local = Vec::new();
+    // `EMIT ...` ends the query: tidemark's clause, read here, the rest by the parser.
+    let at = body
+        .iter()
+        .position(|t| tokens::word(t).is_some_and(|w| w.eq_ignore_ascii_case("emit")));
+    let (body, emit) = match at {
+        Some(i) => (body[..i].to_vec(), emit::clause(&body[i + 1..], &mut local)),
+        None => (body, Vec::new()),
+    };
     let parsed = Parser::new(&GenericDialect {})
         .with_tokens(tokens::rewrite_table_arguments(&body))
         .parse_query();
@@ -123,7 +132,15 @@ pub fn compile(text: &str) -> Result<Compiled, SqlError> {
             }
             t
         });
-        document(p, &tables, sink_table, &settings, &mut local)
+        let mut doc = document(p, &tables, sink_table, &mut local);
+        for (k, v) in &emit {
+            set(&mut doc, k, v);
+        }
+        // SET has the last word.
+        for (k, v) in &settings {
+            set(&mut doc, k, v);
+        }
+        doc
     });
     problems.extend(local.into_iter().map(|p| (line, p)));
     match (pipeline, plan) {
@@ -140,7 +157,6 @@ fn document(
     plan: &Plan,
     tables: &[Table],
     sink: Option<&Table>,
-    settings: &[(String, String)],
     problems: &mut Vec<String>,
 ) -> toml::Table {
     use toml::Value as V;
@@ -226,7 +242,8 @@ fn document(
     let time_col = source.column(&plan.time_column);
     let proctime = matches!(time_col.map(|c| &c.kind), Some(ColumnKind::Computed { expr })
         if join(expr).to_ascii_uppercase().replace(' ', "") == "PROCTIME()");
-    if proctime {
+    if proctime || plan.time_column.is_empty() {
+        // A plain GROUP BY over a table without a watermark: processing time.
         input.insert("time".into(), s("processing"));
     } else {
         match &source.watermark {
@@ -322,6 +339,19 @@ fn document(
             window.insert("type".into(), s("session"));
             window.insert("gap".into(), ms(*gap));
         }
+        Window::Global => {
+            window.insert("type".into(), s("global"));
+            if plan.columns.iter().any(|c| {
+                matches!(
+                    c,
+                    OutColumn::WindowStart(_) | OutColumn::WindowEnd(_) | OutColumn::WindowTime(_)
+                )
+            }) {
+                problems.push(
+                    "a query over a plain table has one window per key that never closes: it has no window_start, window_end or window_time".into(),
+                );
+            }
+        }
     }
     doc.insert("window".into(), V::Table(window));
     if !watermark.is_empty() {
@@ -381,9 +411,6 @@ fn document(
     // `run` needs a broker and a sink; a bare SELECT is for `simulate`.
     if kafka.contains_key("bootstrap_servers") && kafka.contains_key("output_topic") {
         doc.insert("kafka".into(), V::Table(kafka));
-    }
-    for (k, v) in settings {
-        set(&mut doc, k, v);
     }
     doc
 }

@@ -20,6 +20,9 @@ pub enum Window {
     Cumulate { size: i64, step: i64, offset: i64 },
     /// `SESSION(t PARTITION BY keys, DESCRIPTOR(c), gap)`.
     Session { gap: i64, partition: Vec<String> },
+    /// A plain `GROUP BY` over the table: one window per key that never closes, fired by the
+    /// `EMIT` clause.
+    Global,
 }
 
 /// What a query reads and computes.
@@ -93,18 +96,142 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
     if !from.joins.is_empty() {
         problems.push("joins are not supported yet".into());
     }
-    let call = match &from.relation {
+    // A plain table: a global window; a window table function: its window.
+    let (table, window, time_column) = match &from.relation {
+        TableFactor::Table { name, .. } => {
+            let source = name.to_string();
+            let Some(table) = tables.iter().find(|t| t.name.eq_ignore_ascii_case(&source)) else {
+                problems.push(format!("FROM {source}: no table {source:?} was created"));
+                return None;
+            };
+            let time = table
+                .watermark
+                .as_ref()
+                .map(|(c, _)| c.clone())
+                .unwrap_or_default();
+            (table, Window::Global, time)
+        }
         TableFactor::TableFunction {
-            expr: Expr::Function(f),
+            expr: Expr::Function(call),
             ..
-        } => f,
+        } => window_function(call, tables, problems)?,
         other => {
             problems.push(format!(
-                "FROM {other}: a query reads a window table function, FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MINUTE)), HOP or SESSION"
+                "FROM {other}: a query reads a table, or a window table function, FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MINUTE)), HOP, CUMULATE or SESSION"
             ));
             return None;
         }
     };
+    let subst = |e: &Expr| substitute(&e.to_string(), table);
+    let filter = select.selection.as_ref().map(subst);
+
+    // GROUP BY: the window's bounds and the keys.
+    let group: Vec<&Expr> = match &select.group_by {
+        GroupByExpr::Expressions(exprs, mods) if mods.is_empty() => exprs.iter().collect(),
+        _ => {
+            problems.push("GROUP BY lists the window's bounds and the keys".into());
+            return None;
+        }
+    };
+    let is_bound = |e: &Expr, name: &str| matches!(e, Expr::Identifier(i) if i.value.eq_ignore_ascii_case(name));
+    let bounds = group.iter().any(|e| is_bound(e, "window_start"))
+        && group.iter().any(|e| is_bound(e, "window_end"));
+    let global = window == Window::Global;
+    if global
+        && group
+            .iter()
+            .any(|e| is_bound(e, "window_start") || is_bound(e, "window_end"))
+    {
+        problems.push("a query over a plain table has no window_start or window_end: group by keys only, or read a window table function".into());
+    } else if !global && !bounds {
+        problems
+            .push("GROUP BY must include window_start and window_end, as Flink requires".into());
+    }
+    let key_exprs: Vec<&Expr> = group
+        .iter()
+        .copied()
+        .filter(|e| !is_bound(e, "window_start") && !is_bound(e, "window_end"))
+        .collect();
+
+    // SELECT: window columns, keys and aggregates, in order.
+    let mut keys: Vec<(String, String)> = key_exprs
+        .iter()
+        .map(|e| {
+            let name = match e {
+                Expr::Identifier(i) => i.value.clone(),
+                Expr::CompoundIdentifier(parts) => {
+                    parts.last().map(|p| p.value.clone()).unwrap_or_default()
+                }
+                other => other.to_string(),
+            };
+            (subst(e), name)
+        })
+        .collect();
+    let mut columns = Vec::new();
+    let mut aggregations = Vec::new();
+    for (i, item) in select.projection.iter().enumerate() {
+        let (expr, alias) = match item {
+            SelectItem::UnnamedExpr(e) => (e, None),
+            SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value.clone())),
+            other => {
+                problems.push(format!("SELECT {other}: name the columns"));
+                continue;
+            }
+        };
+        if is_bound(expr, "window_start") {
+            columns.push(OutColumn::WindowStart(
+                alias.unwrap_or("window_start".into()),
+            ));
+        } else if is_bound(expr, "window_end") {
+            columns.push(OutColumn::WindowEnd(alias.unwrap_or("window_end".into())));
+        } else if is_bound(expr, "window_time") {
+            columns.push(OutColumn::WindowTime(alias.unwrap_or("window_time".into())));
+        } else if let Some(part) = key_exprs.iter().position(|k| *k == expr) {
+            let name = alias.unwrap_or_else(|| keys[part].1.clone());
+            keys[part].1 = name.clone();
+            columns.push(OutColumn::Key { name, part });
+        } else if let Expr::Function(f) = expr {
+            let name = alias.unwrap_or(format!("EXPR${i}"));
+            match aggregate(f, &name, &subst) {
+                Ok(a) => {
+                    columns.push(OutColumn::Aggregate(name));
+                    aggregations.push(a);
+                }
+                Err(why) => problems.push(why),
+            }
+        } else {
+            problems.push(format!(
+                "SELECT {expr}: a column is window_start, window_end, window_time, a GROUP BY key or an aggregate"
+            ));
+        }
+    }
+    if let Window::Session { partition, .. } = &window {
+        let names: Vec<String> = key_exprs.iter().map(|e| e.to_string()).collect();
+        if !partition.is_empty() && partition != &names {
+            problems.push(format!(
+                "SESSION partitions by {} but the query groups by {}: they must be the same",
+                partition.join(", "),
+                names.join(", ")
+            ));
+        }
+    }
+    Some(Plan {
+        source: table.name.clone(),
+        window,
+        time_column,
+        filter,
+        keys,
+        aggregations,
+        columns,
+    })
+}
+
+/// The table, window and time column of a window table function's call.
+fn window_function<'t>(
+    call: &sqlparser::ast::Function,
+    tables: &'t [Table],
+    problems: &mut Vec<String>,
+) -> Option<(&'t Table, Window, String)> {
     let kind = call.name.to_string().to_ascii_uppercase();
     let args = arguments(&call.args);
     let arg = |name: &str, pos: usize| -> Option<&Expr> {
@@ -197,101 +324,7 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
             return None;
         }
     };
-    let subst = |e: &Expr| substitute(&e.to_string(), table);
-    let filter = select.selection.as_ref().map(subst);
-
-    // GROUP BY: the window's bounds and the keys.
-    let group: Vec<&Expr> = match &select.group_by {
-        GroupByExpr::Expressions(exprs, mods) if mods.is_empty() => exprs.iter().collect(),
-        _ => {
-            problems.push("GROUP BY lists the window's bounds and the keys".into());
-            return None;
-        }
-    };
-    let is_bound = |e: &Expr, name: &str| matches!(e, Expr::Identifier(i) if i.value.eq_ignore_ascii_case(name));
-    if !group.iter().any(|e| is_bound(e, "window_start"))
-        || !group.iter().any(|e| is_bound(e, "window_end"))
-    {
-        problems
-            .push("GROUP BY must include window_start and window_end, as Flink requires".into());
-    }
-    let key_exprs: Vec<&Expr> = group
-        .iter()
-        .copied()
-        .filter(|e| !is_bound(e, "window_start") && !is_bound(e, "window_end"))
-        .collect();
-
-    // SELECT: window columns, keys and aggregates, in order.
-    let mut keys: Vec<(String, String)> = key_exprs
-        .iter()
-        .map(|e| {
-            let name = match e {
-                Expr::Identifier(i) => i.value.clone(),
-                Expr::CompoundIdentifier(parts) => {
-                    parts.last().map(|p| p.value.clone()).unwrap_or_default()
-                }
-                other => other.to_string(),
-            };
-            (subst(e), name)
-        })
-        .collect();
-    let mut columns = Vec::new();
-    let mut aggregations = Vec::new();
-    for (i, item) in select.projection.iter().enumerate() {
-        let (expr, alias) = match item {
-            SelectItem::UnnamedExpr(e) => (e, None),
-            SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value.clone())),
-            other => {
-                problems.push(format!("SELECT {other}: name the columns"));
-                continue;
-            }
-        };
-        if is_bound(expr, "window_start") {
-            columns.push(OutColumn::WindowStart(
-                alias.unwrap_or("window_start".into()),
-            ));
-        } else if is_bound(expr, "window_end") {
-            columns.push(OutColumn::WindowEnd(alias.unwrap_or("window_end".into())));
-        } else if is_bound(expr, "window_time") {
-            columns.push(OutColumn::WindowTime(alias.unwrap_or("window_time".into())));
-        } else if let Some(part) = key_exprs.iter().position(|k| *k == expr) {
-            let name = alias.unwrap_or_else(|| keys[part].1.clone());
-            keys[part].1 = name.clone();
-            columns.push(OutColumn::Key { name, part });
-        } else if let Expr::Function(f) = expr {
-            let name = alias.unwrap_or(format!("EXPR${i}"));
-            match aggregate(f, &name, &subst) {
-                Ok(a) => {
-                    columns.push(OutColumn::Aggregate(name));
-                    aggregations.push(a);
-                }
-                Err(why) => problems.push(why),
-            }
-        } else {
-            problems.push(format!(
-                "SELECT {expr}: a column is window_start, window_end, window_time, a GROUP BY key or an aggregate"
-            ));
-        }
-    }
-    if let Window::Session { partition, .. } = &window {
-        let names: Vec<String> = key_exprs.iter().map(|e| e.to_string()).collect();
-        if !partition.is_empty() && partition != &names {
-            problems.push(format!(
-                "SESSION partitions by {} but the query groups by {}: they must be the same",
-                partition.join(", "),
-                names.join(", ")
-            ));
-        }
-    }
-    Some(Plan {
-        source: table.name.clone(),
-        window,
-        time_column,
-        filter,
-        keys,
-        aggregations,
-        columns,
-    })
+    Some((table, window, time_column))
 }
 
 /// A call's arguments: (name when named, expression); wildcards left out.
@@ -320,6 +353,16 @@ fn aggregate(
     subst: &dyn Fn(&Expr) -> String,
 ) -> Result<Aggregation, String> {
     let fname = f.name.to_string().to_ascii_uppercase();
+    if f.over.is_some() {
+        return Err(format!(
+            "{name}: {fname}(...) OVER (...) is an OVER window, which is not supported: aggregate over a window table function"
+        ));
+    }
+    if f.filter.is_some() {
+        return Err(format!(
+            "{name}: {fname}(...) FILTER (WHERE ...) is not supported: filter in WHERE"
+        ));
+    }
     let FunctionArguments::List(list) = &f.args else {
         return Err(format!("{fname}: expected arguments"));
     };
@@ -376,6 +419,10 @@ fn aggregate(
             }
             "approx_percentile"
         }
+        ("DURATION", false) if args.is_empty() => {
+            a.field = None;
+            "duration"
+        }
         ("TOP_K", false) => {
             a.k = args.get(1).and_then(|(_, e)| number(e)).map(|k| k as i64);
             "top_k"
@@ -383,11 +430,11 @@ fn aggregate(
         (other, true) => return Err(format!("{name}: {other}(DISTINCT ...) is not supported")),
         (other, false) => {
             return Err(format!(
-                "{name}: {other} is not an aggregate tidemark knows (COUNT, SUM, MIN, MAX, AVG, STDDEV_POP, STDDEV_SAMP, VAR_POP, VAR_SAMP, FIRST_VALUE, LAST_VALUE, APPROX_COUNT_DISTINCT, APPROX_PERCENTILE, TOP_K)"
+                "{name}: {other} is not an aggregate tidemark knows (COUNT, SUM, MIN, MAX, AVG, STDDEV_POP, STDDEV_SAMP, VAR_POP, VAR_SAMP, FIRST_VALUE, LAST_VALUE, APPROX_COUNT_DISTINCT, APPROX_PERCENTILE, TOP_K, DURATION)"
             ))
         }
     };
-    if a.op != "count" && args.is_empty() {
+    if !matches!(a.op, "count" | "duration") && args.is_empty() {
         return Err(format!("{name}: {fname} needs an argument"));
     }
     Ok(a)
