@@ -1,5 +1,5 @@
 -- Per page, a 2-minute sliding window moved every 30 seconds: clicks, distinct users, and
--- the mean and spread of prices.
+-- the mean and spread of prices (NULL prices skipped, as SQL's aggregates skip them).
 SET 'name' = 'pages-sliding';
 
 CREATE TABLE clicks (
@@ -17,7 +17,7 @@ CREATE TABLE clicks (
 );
 
 SELECT window_start, window_end, page,
-       COUNT(*) AS clicks, COUNT(DISTINCT user_id) AS users,
+       COUNT(*) AS clicks, COUNT(price) AS priced, COUNT(DISTINCT user_id) AS users,
        AVG(price) AS mean_price, MIN(price) AS min_price, STDDEV_POP(price) AS price_spread
 FROM TABLE(HOP(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '30' SECOND, INTERVAL '2' MINUTE))
 GROUP BY window_start, window_end, page;

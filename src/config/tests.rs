@@ -643,7 +643,7 @@ precision = 40
     .unwrap_err();
     let joined = err.join("\n");
     for want in [
-        "aggregations[0].op: unknown operation \"median\": use one of count, sum",
+        "aggregations[0].op: unknown operation \"median\": use one of count, count_values, sum",
         "aggregations[1].op: approx_percentile needs q",
         "aggregations[2].op: sum takes no k",
         "aggregations[3].field: first needs a field",

@@ -394,11 +394,7 @@ fn aggregate(
             a.field = None;
             "count"
         }
-        ("COUNT", false) => {
-            return Err(format!(
-                "{name}: COUNT(x) counts the rows where x is not NULL, which is not supported yet: write COUNT(*) and filter NULLs in WHERE"
-            ))
-        }
+        ("COUNT", false) => "count_values",
         ("COUNT", true) => "count_distinct",
         ("SUM", false) => "sum",
         ("MIN", false) => "min",

@@ -203,6 +203,7 @@ type Build = fn(&Params) -> Result<Arc<dyn Aggregate>, String>;
 /// Every operation, by name. A new operation is a file in this folder and a line here.
 pub const OPERATIONS: &[(&str, Build)] = &[
     ("count", numeric::count),
+    ("count_values", numeric::count_values),
     ("sum", numeric::sum),
     ("min", numeric::min),
     ("max", numeric::max),

@@ -1,4 +1,7 @@
-//! `count`, `sum`, `min`, `max` and `mean`.
+//! `count`, `count_values`, `sum`, `min`, `max` and `mean`.
+//!
+//! `count` counts elements; `count_values` counts the elements whose input is not NULL (SQL's
+//! `COUNT(x)`).
 //!
 //! `sum` of no values is 0 (as Beam's `Sum` and Kafka Streams' reducers give), `min`, `max` and
 //! `mean` of no values are NULL. Count, sum and mean retract; minimum and maximum cannot.
@@ -11,6 +14,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Count,
+    CountValues,
     Sum,
     Min,
     Max,
@@ -21,6 +25,7 @@ impl Kind {
     fn name(self) -> &'static str {
         match self {
             Kind::Count => "count",
+            Kind::CountValues => "count_values",
             Kind::Sum => "sum",
             Kind::Min => "min",
             Kind::Max => "max",
@@ -40,6 +45,11 @@ fn build(kind: Kind, params: &Params) -> Result<Arc<dyn Aggregate>, String> {
 /// `count`: the number of elements.
 pub fn count(p: &Params) -> Result<Arc<dyn Aggregate>, String> {
     build(Kind::Count, p)
+}
+
+/// `count_values`: the number of non-NULL values (SQL's `COUNT(x)`).
+pub fn count_values(p: &Params) -> Result<Arc<dyn Aggregate>, String> {
+    build(Kind::CountValues, p)
 }
 
 /// `sum`: the sum of the non-NULL values, 0 when there are none.
@@ -70,13 +80,14 @@ impl Aggregate for Simple {
     fn input(&self) -> Input {
         match self.0 {
             Kind::Count => Input::Nothing,
+            Kind::CountValues => Input::Any,
             _ => Input::Number,
         }
     }
 
     fn output(&self) -> OutputType {
         match self.0 {
-            Kind::Count => OutputType::Integer,
+            Kind::Count | Kind::CountValues => OutputType::Integer,
             _ => OutputType::Double,
         }
     }
@@ -86,12 +97,16 @@ impl Aggregate for Simple {
     }
 
     fn retractable(&self) -> bool {
-        matches!(self.0, Kind::Count | Kind::Sum | Kind::Mean)
+        matches!(
+            self.0,
+            Kind::Count | Kind::CountValues | Kind::Sum | Kind::Mean
+        )
     }
 
     fn new_state(&self) -> Box<dyn State> {
         match self.0 {
             Kind::Count => Box::new(Count),
+            Kind::CountValues => Box::new(Tally(0)),
             Kind::Sum => Box::new(Sum {
                 sum: 0.0,
                 n: 0,
@@ -120,6 +135,7 @@ impl Aggregate for Simple {
         };
         let state: Box<dyn State> = match self.0 {
             Kind::Count => Box::new(Count),
+            Kind::CountValues => Box::new(Tally(take_u64(b)?)),
             Kind::Sum | Kind::Mean => Box::new(Sum {
                 sum: take_f64(b)?,
                 n: take_u64(b)?,
@@ -173,6 +189,35 @@ impl State for Count {
 
     fn evaluate(&self, elements: u64) -> Output {
         Output::Value(Value::Int(elements as i64))
+    }
+}
+
+/// `count_values`: how many non-NULL values came.
+#[derive(Debug, Clone)]
+struct Tally(u64);
+
+impl State for Tally {
+    fn add(&mut self, v: &Value, _: i64) {
+        if !v.is_null() {
+            self.0 += 1;
+        }
+    }
+
+    fn merge(&mut self, other: &dyn State) {
+        self.0 += same::<Tally>(other).0;
+    }
+
+    fn retract(&mut self, other: &dyn State) {
+        self.0 -= same::<Tally>(other).0;
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(1);
+        out.extend_from_slice(&self.0.to_le_bytes());
+    }
+
+    fn evaluate(&self, _elements: u64) -> Output {
+        Output::Value(Value::Int(self.0 as i64))
     }
 }
 
