@@ -56,15 +56,19 @@ pub fn state_dir(dir: &Path, id: &str, incarnation: usize, keep_state: bool) -> 
     }
 }
 
-/// Writes the incarnation's config `text` and runs `tidemark run` on it, logging at info to
+/// Writes the incarnation's pipeline `text` (TOML, or SQL) and runs `tidemark run` on it, logging at info to
 /// `{id}-{incarnation}.log` in `dir`.
 pub fn spawn(dir: &Path, id: &str, incarnation: usize, text: &str) -> Child {
-    let cfg = dir.join(format!("{id}-{incarnation}.toml"));
+    let sql = super::is_sql(text);
+    let cfg = dir.join(format!(
+        "{id}-{incarnation}.{}",
+        if sql { "sql" } else { "toml" }
+    ));
     std::fs::write(&cfg, text).unwrap();
     let log = std::fs::File::create(dir.join(format!("{id}-{incarnation}.log"))).unwrap();
     super::adopt(
         Command::new(super::tidemark_bin())
-            .args(["run", "--config"])
+            .args(["run", if sql { "--sql" } else { "--config" }])
             .arg(&cfg)
             .env("TIDEMARK_LOG", "info")
             .stdout(Stdio::null())

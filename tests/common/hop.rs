@@ -89,6 +89,48 @@ max_batch_records = 500
     )
 }
 
+/// [`pipeline`] written as SQL: the same pipeline (tumbling 1 s windows of `count` and `sum`
+/// grouped by `user`, out-of-orderness 300 ms, lateness 1 s), its Kafka settings as `SET`
+/// statements.
+pub fn sql_pipeline(
+    broker: &str,
+    state: &std::path::Path,
+    instance: &str,
+    topics: &[&str],
+) -> String {
+    format!(
+        r#"SET 'name' = 'hop';
+SET 'kafka.application_id' = 'hop';
+SET 'kafka.instance_id' = '{instance}';
+SET 'kafka.static_membership' = 'false';
+SET 'kafka.state_dir' = '{}';
+SET 'kafka.commit_interval' = '100ms';
+SET 'kafka.max_batch_records' = '500';
+SET 'kafka.properties.session.timeout.ms' = '6000';
+SET 'kafka.properties.max.poll.interval.ms' = '10000';
+CREATE TABLE clicks (
+  `user` STRING,
+  amount DOUBLE,
+  ts BIGINT,
+  WATERMARK FOR ts AS ts - INTERVAL '300' MILLISECOND
+) WITH (
+  'connector' = 'kafka',
+  'topic' = '{}',
+  'properties.bootstrap.servers' = '{broker}',
+  'format' = 'json'
+);
+CREATE TABLE panes WITH ('connector' = 'kafka', 'topic' = 'panes', 'dead-letter-topic' = 'dead');
+INSERT INTO panes
+SELECT window_start, window_end, `user`, COUNT(*) AS n, SUM(amount) AS total
+FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' SECOND))
+GROUP BY window_start, window_end, `user`
+EMIT ALLOWED LATENESS INTERVAL '1' SECOND;
+"#,
+        state.display(),
+        topics.join(";")
+    )
+}
+
 impl HopScenario {
     /// `n` events spread over the partitions of `topics` ((name, partitions)), an hour in the
     /// past, 30 users, 10% up to 300 ms out of order, one malformed record (and, with `late`, one
@@ -230,10 +272,12 @@ impl HopScenario {
     /// What `tidemark simulate` computes with one input per topic (records in production order):
     /// the pane lines of windows ending by the cutoff.
     pub fn simulate(&self, text: &str, topics: &[&str]) -> Vec<String> {
-        let (spec, _) = tidemark::config::parse_raw(text, Vec::new())
-            .unwrap()
-            .validate()
-            .unwrap();
+        let raw = if super::is_sql(text) {
+            tidemark::config::parse_sql(text, Vec::new()).unwrap().0
+        } else {
+            tidemark::config::parse_raw(text, Vec::new()).unwrap()
+        };
+        let (spec, _) = raw.validate().unwrap();
         let tmp = tempfile::tempdir().unwrap();
         let store = tidemark::state::store::StateStore::open(tmp.path()).unwrap();
         let texts: Vec<String> = topics

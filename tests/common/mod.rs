@@ -969,3 +969,9 @@ fn is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// Whether a pipeline text is SQL statements rather than a TOML file.
+pub fn is_sql(text: &str) -> bool {
+    let t = text.trim_start();
+    t.starts_with("SET ") || t.starts_with("CREATE ") || t.starts_with("--")
+}

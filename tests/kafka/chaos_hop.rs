@@ -14,6 +14,8 @@
 //! takes what does not depend on the order in which the sources reach the second stage: every
 //! record is in its window's last pane or dead-lettered (late), once, never both.
 //!
+//! A third run is the first's pipeline written as SQL (`tidemark run --sql`), judged the same way.
+//!
 //! A second run does the same with per-user session windows and every kind of aggregation
 //! (`count_distinct`, `first`, `last`, `duration`, `top_k` and the sketches besides count and
 //! sum): its final sessions must equal `simulate`'s and an independent fold's. Sessions cross the
@@ -43,12 +45,15 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 enum Windows {
     Tumbling,
     Sessions,
+    /// The tumbling pipeline written as SQL (`hop::sql_pipeline`), judged as the tumbling one.
+    Sql,
 }
 
 fn text(windows: Windows, broker: &str, state: &Path, id: &str) -> String {
     match windows {
         Windows::Tumbling => hop::pipeline(broker, state, id, &["web", "app"], "", ""),
         Windows::Sessions => hop::session_pipeline(broker, state, id, &["web", "app"]),
+        Windows::Sql => hop::sql_pipeline(broker, state, id, &["web", "app"]),
     }
 }
 
@@ -87,6 +92,11 @@ fn sessions_with_every_kind_of_aggregation_under_repeated_kill_9_equal_a_fold() 
     chaos_run(Windows::Sessions);
 }
 
+#[test]
+fn a_sql_pipeline_under_repeated_kill_9_commits_everything_exactly_once() {
+    chaos_run(Windows::Sql);
+}
+
 fn chaos_run(windows: Windows) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let kills: usize = chaos::env_or("TIDEMARK_CHAOS_KILLS", 8);
@@ -115,7 +125,7 @@ fn chaos_run(windows: Windows) {
         scenario.simulate(&text, &["web", "app"])
     });
     let judge = |got: &hop::Committed| match (&simulated, windows) {
-        (Some(sim), Windows::Tumbling) => hop::judge_exact(got, &scenario, sim),
+        (Some(sim), Windows::Tumbling | Windows::Sql) => hop::judge_exact(got, &scenario, sim),
         (Some(sim), Windows::Sessions) => hop::judge_sessions(got, &scenario, sim),
         (None, _) => hop::judge_conserved(got, &scenario),
     };
@@ -213,10 +223,10 @@ fn chaos_run(windows: Windows) {
     }
     println!(
         "chaos-hop: windows={} seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={input} panes={} (retractions {retractions}) crossed={crossed} problems={} dead_letters={} (late {late}, malformed {malformed}) open_txn_records={open} membership_moves={moves} holes={holes} (unfilled {unfilled}) failed_exits={failed_exits} result={}",
-        if windows == Windows::Sessions {
-            "sessions"
-        } else {
-            "tumbling"
+        match windows {
+            Windows::Tumbling => "tumbling",
+            Windows::Sessions => "sessions",
+            Windows::Sql => "tumbling-sql",
         },
         got.panes.len(),
         problems.len(),

@@ -1,6 +1,6 @@
 //! `tidemark run --sql` end to end: the example query of `examples/sql/clicks_per_minute.sql`,
-//! its broker and state directory given by `TIDEMARK__*` overrides, killed with SIGKILL once
-//! midway and started again. Judged from the raw log: every window the watermark passed has its
+//! its broker and state directory given by `TIDEMARK__*` overrides, through the repartition hop
+//! and on input keyed by the grouping key, killed with SIGKILL once midway and started again. Judged from the raw log: every window the watermark passed has its
 //! one pane, committed once, and equal to Flink's row for it (`tests/golden/sql/`), and no
 //! transaction is left open.
 
@@ -18,12 +18,17 @@ fn root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `tidemark run --sql` on the example, against `broker`, with state under `state`.
-fn member(broker: &str, state: &Path, log: &Path) -> Child {
+/// `tidemark run --sql` on the example, against `broker`, with state under `state`; `direct`
+/// declares the input keyed by the grouping key (no repartition hop).
+fn member(broker: &str, state: &Path, log: &Path, direct: bool) -> Child {
     let log = std::fs::File::create(log).unwrap();
     common::adopt(
         Command::new(common::tidemark_bin())
             .args(["run", "--sql"])
+            .env(
+                "TIDEMARK__KAFKA__REPARTITION",
+                if direct { "false" } else { "true" },
+            )
             .arg(root().join("examples/sql/clicks_per_minute.sql"))
             .env("TIDEMARK__KAFKA__BOOTSTRAP_SERVERS", broker)
             .env("TIDEMARK__KAFKA__STATE_DIR", state)
@@ -89,7 +94,17 @@ fn committed(broker: &str) -> (Panes, usize) {
 }
 
 #[test]
-fn a_sql_pipeline_runs_exactly_once_and_gives_flinks_rows() {
+fn a_sql_pipeline_through_the_hop_runs_exactly_once_and_gives_flinks_rows() {
+    sql_run(false);
+}
+
+#[test]
+fn a_sql_pipeline_on_keyed_input_runs_exactly_once_and_gives_flinks_rows() {
+    sql_run(true);
+}
+
+/// Runs the example over its events (keyed by user when `direct`), killed once, and judges it.
+fn sql_run(direct: bool) {
     let broker = common::Broker::start();
     broker.create_topic("clicks", 1);
     let events = std::fs::read_to_string(root().join("examples/sql/clicks.jsonl")).unwrap();
@@ -101,14 +116,14 @@ fn a_sql_pipeline_runs_exactly_once_and_gives_flinks_rows() {
     for line in events.lines() {
         let v: Value = serde_json::from_str(line).unwrap();
         last_ts = last_ts.max(v["ts"].as_i64().unwrap());
-        producer
-            .send(
-                BaseRecord::<[u8], str>::to("clicks")
-                    .partition(0)
-                    .payload(line),
-            )
-            .map_err(|(e, _)| e)
-            .unwrap();
+        let user = v["user_id"].as_str().unwrap().as_bytes();
+        let mut record = BaseRecord::<[u8], str>::to("clicks")
+            .partition(0)
+            .payload(line);
+        if direct {
+            record = record.key(user);
+        }
+        producer.send(record).map_err(|(e, _)| e).unwrap();
     }
     producer.flush(Duration::from_secs(10)).unwrap();
 
@@ -122,7 +137,7 @@ fn a_sql_pipeline_runs_exactly_once_and_gives_flinks_rows() {
 
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("m1.log");
-    let mut m = member(&broker.addr, &dir.path().join("state"), &log);
+    let mut m = member(&broker.addr, &dir.path().join("state"), &log, direct);
     // Killed as soon as some panes are committed, then started again.
     let deadline = Instant::now() + Duration::from_secs(60);
     while committed(&broker.addr).0.is_empty() {
@@ -140,7 +155,7 @@ fn a_sql_pipeline_runs_exactly_once_and_gives_flinks_rows() {
     }
     m.kill().unwrap();
     m.wait().unwrap();
-    let mut m = member(&broker.addr, &dir.path().join("state"), &log);
+    let mut m = member(&broker.addr, &dir.path().join("state"), &log, direct);
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let (got, _) = committed(&broker.addr);

@@ -416,15 +416,20 @@ fn document(
 }
 
 /// Sets the dotted key `key` of `doc` to `value` (kept as a number or boolean when it reads as
-/// one); under `kafka.properties.` the rest of the key is one property name.
+/// one); under `kafka.properties.` the rest of the key is one property name, and the value a
+/// string.
 fn set(doc: &mut toml::Table, key: &str, value: &str) {
     let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
         .ok()
         .and_then(|mut t| t.remove("v"))
         .unwrap_or_else(|| toml::Value::String(value.to_string()));
-    let path: Vec<&str> = match key.strip_prefix("kafka.properties.") {
-        Some(prop) => vec!["kafka", "properties", prop],
-        None => key.split('.').collect(),
+    let (path, parsed): (Vec<&str>, _) = match key.strip_prefix("kafka.properties.") {
+        // librdkafka's properties are strings, whatever they read as.
+        Some(prop) => (
+            vec!["kafka", "properties", prop],
+            toml::Value::String(value.to_string()),
+        ),
+        None => (key.split('.').collect(), parsed),
     };
     let mut node = doc;
     for (i, seg) in path.iter().enumerate() {
