@@ -109,7 +109,9 @@ pub fn compile(text: &str) -> Result<Compiled, SqlError> {
         None => (body, Vec::new()),
     };
     let parsed = Parser::new(&GenericDialect {})
-        .with_tokens(tokens::rewrite_table_arguments(&body))
+        .with_tokens(tokens::rewrite_table_arguments(
+            &tokens::rewrite_spark_windows(&body),
+        ))
         .parse_query();
     let plan = match &parsed {
         Ok(q) => match query::select_of(q) {

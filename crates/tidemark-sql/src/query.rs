@@ -97,7 +97,7 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
         problems.push("joins are not supported yet".into());
     }
     // A plain table: a global window; a window table function: its window.
-    let (table, window, time_column) = match &from.relation {
+    let (table, mut window, mut time_column) = match &from.relation {
         TableFactor::Table { name, .. } => {
             let source = name.to_string();
             let Some(table) = tables.iter().find(|t| t.name.eq_ignore_ascii_case(&source)) else {
@@ -134,8 +134,36 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
         }
     };
     let is_bound = |e: &Expr, name: &str| matches!(e, Expr::Identifier(i) if i.value.eq_ignore_ascii_case(name));
-    let bounds = group.iter().any(|e| is_bound(e, "window_start"))
-        && group.iter().any(|e| is_bound(e, "window_end"));
+    // Spark's forms: `GROUP BY window(ts, size[, slide]), ...` or `session_window(ts, gap)`
+    // over a plain table.
+    let spark = group.iter().position(|e| spark_window(e).is_some());
+    if let (Some(i), Window::Global) = (spark, &window) {
+        match spark_window(group[i]).expect("found above") {
+            Ok((w, column)) => {
+                if table
+                    .watermark
+                    .as_ref()
+                    .is_some_and(|(c, _)| !c.eq_ignore_ascii_case(&column))
+                {
+                    problems.push(format!(
+                        "{}: the window's time column {column} is not the one WATERMARK FOR names",
+                        group[i]
+                    ));
+                }
+                (window, time_column) = (w, column);
+            }
+            Err(why) => problems.push(format!("{}: {why}", group[i])),
+        }
+    }
+    let group: Vec<&Expr> = group
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != spark)
+        .map(|(_, e)| *e)
+        .collect();
+    let bounds = spark.is_some()
+        || group.iter().any(|e| is_bound(e, "window_start"))
+            && group.iter().any(|e| is_bound(e, "window_end"));
     let global = window == Window::Global;
     if global
         && group
@@ -325,6 +353,82 @@ fn window_function<'t>(
         }
     };
     Some((table, window, time_column))
+}
+
+/// Spark's window of a `GROUP BY` item: `window(ts, size[, slide[, offset]])` (written
+/// `__spark_window` by the token rewrite) or `session_window(ts, gap)`, with its time column;
+/// `None` when the item is not one.
+fn spark_window(e: &Expr) -> Option<Result<(Window, String), String>> {
+    let Expr::Function(f) = e else {
+        return None;
+    };
+    let name = f.name.to_string().to_ascii_lowercase();
+    if name != "__spark_window" && name != "session_window" {
+        return None;
+    }
+    let args = arguments(&f.args);
+    let column = match args.first() {
+        Some((_, Expr::Identifier(c))) => c.value.clone(),
+        _ => return Some(Err("the first argument is the time column".into())),
+    };
+    let mut durations = Vec::new();
+    for (_, a) in &args[1..] {
+        let text = match a {
+            Expr::Value(v) => match &v.value {
+                Value::SingleQuotedString(s) => s.clone(),
+                other => return Some(Err(format!("{other} is not a duration like '10 minutes'"))),
+            },
+            other => return Some(Err(format!("{other} is not a duration like '10 minutes'"))),
+        };
+        let mut parts = text.split_whitespace();
+        let n = parts.next().and_then(|n| n.parse::<i64>().ok());
+        let unit = parts.next().map(unit_of_word);
+        match (n, unit) {
+            (Some(n), Some(Ok(unit))) if n > 0 => durations.push(n * unit),
+            (_, Some(Err(why))) => return Some(Err(why)),
+            _ => return Some(Err(format!("{text:?} is not a duration like '10 minutes'"))),
+        }
+    }
+    Some(match (name.as_str(), durations.as_slice()) {
+        ("session_window", [gap]) => Ok((
+            Window::Session {
+                gap: *gap,
+                partition: Vec::new(),
+            },
+            column,
+        )),
+        ("__spark_window", [size]) => Ok((
+            Window::Tumbling {
+                size: *size,
+                offset: 0,
+            },
+            column,
+        )),
+        ("__spark_window", [size, slide]) if size == slide => Ok((
+            Window::Tumbling {
+                size: *size,
+                offset: 0,
+            },
+            column,
+        )),
+        ("__spark_window", [size, slide]) => Ok((
+            Window::Sliding {
+                size: *size,
+                slide: *slide,
+                offset: 0,
+            },
+            column,
+        )),
+        ("__spark_window", [size, slide, offset]) => Ok((
+            Window::Sliding {
+                size: *size,
+                slide: *slide,
+                offset: *offset,
+            },
+            column,
+        )),
+        _ => Err("window(ts, size[, slide[, start]]) or session_window(ts, gap)".into()),
+    })
 }
 
 /// A call's arguments: (name when named, expression); wildcards left out.

@@ -142,3 +142,50 @@ fn every_problem_is_reported_with_its_line() {
     assert!(compile("SELECT 1;").is_err());
     assert!(compile("").unwrap_err().to_string().contains("no query"));
 }
+
+#[test]
+fn sparks_window_forms_are_windows_too() {
+    let c = compiled(
+        "SELECT window.start, window.end, user_id, COUNT(*) AS n FROM clicks
+         GROUP BY window(ts, '10 minutes', '5 minutes'), user_id",
+    );
+    let doc = toml::to_string(&c.pipeline).unwrap();
+    assert!(doc.contains("type = \"sliding\""), "{doc}");
+    assert!(
+        doc.contains("size = \"600000ms\"") && doc.contains("slide = \"300000ms\""),
+        "{doc}"
+    );
+    assert_eq!(c.columns[0], OutColumn::WindowStart("window_start".into()));
+    let c = compiled(
+        "SELECT session_window.start, user_id, SUM(amount) AS spent FROM clicks
+         GROUP BY session_window(ts, '30 minutes'), user_id",
+    );
+    let doc = toml::to_string(&c.pipeline).unwrap();
+    assert!(doc.contains("gap = \"1800000ms\""), "{doc}");
+    let c =
+        compiled("SELECT window.start, COUNT(*) AS n FROM clicks GROUP BY window(ts, '1 minute')");
+    let doc = toml::to_string(&c.pipeline).unwrap();
+    assert!(doc.contains("type = \"tumbling\""), "{doc}");
+    // Its time column is the watermark's.
+    let text =
+        format!("{CLICKS}\nSELECT COUNT(*) AS n FROM clicks GROUP BY window(ts_ms, '1 minute');");
+    assert!(compile(&text)
+        .unwrap_err()
+        .to_string()
+        .contains("not the one WATERMARK FOR names"));
+}
+
+#[test]
+fn a_spark_window_means_what_the_flink_window_of_the_same_sizes_means() {
+    let spark = compiled(
+        "SELECT window.start, window.end, page, COUNT(*) AS n FROM clicks
+         GROUP BY window(ts, '2 minutes', '30 seconds'), page",
+    );
+    let flink = compiled(
+        "SELECT window_start, window_end, page, COUNT(*) AS n
+         FROM TABLE(HOP(TABLE clicks, DESCRIPTOR(ts), INTERVAL '30' SECOND, INTERVAL '2' MINUTE))
+         GROUP BY window_start, window_end, page",
+    );
+    assert_eq!(spark.pipeline, flink.pipeline);
+    assert_eq!(spark.columns, flink.columns);
+}

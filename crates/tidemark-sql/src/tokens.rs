@@ -123,6 +123,38 @@ pub fn closing(tokens: &[Token], open: usize) -> Option<usize> {
     None
 }
 
+/// Rewrites Spark's window forms into what the generic parser reads: `window(` becomes
+/// `__spark_window(`, and `window.start`, `window.end` (and `session_window.start`, `.end`)
+/// become `window_start`, `window_end`.
+pub fn rewrite_spark_windows(tokens: &[Token]) -> Vec<Token> {
+    let mut out: Vec<Token> = Vec::with_capacity(tokens.len());
+    let mut i = 0;
+    while i < tokens.len() {
+        let w = word(&tokens[i]).map(str::to_ascii_lowercase);
+        let is_window = matches!(w.as_deref(), Some("window" | "session_window"));
+        if is_window && tokens.get(i + 1) == Some(&Token::Period) {
+            if let Some(field @ ("start" | "end")) = tokens
+                .get(i + 2)
+                .and_then(word)
+                .map(str::to_ascii_lowercase)
+                .as_deref()
+            {
+                out.push(Token::make_word(&format!("window_{field}"), None));
+                i += 3;
+                continue;
+            }
+        }
+        if w.as_deref() == Some("window") && tokens.get(i + 1) == Some(&Token::LParen) {
+            out.push(Token::make_word("__spark_window", None));
+            i += 1;
+            continue;
+        }
+        out.push(tokens[i].clone());
+        i += 1;
+    }
+    out
+}
+
 /// Rewrites Flink's window-function arguments into calls the generic parser reads: a table
 /// argument `TABLE t` (after `(`, `,` or `=>`) becomes `t`, and a session's
 /// `t PARTITION BY k1, k2` (or `PARTITION BY (k1, k2)`) becomes `t, __partition_by(k1, k2)`.
