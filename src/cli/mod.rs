@@ -107,16 +107,9 @@ pub fn init_logging(format: LogFormat) {
     }
 }
 
+/// The pipeline of TOML file `path`, validated, its warnings logged.
 fn load_config(path: &Path) -> anyhow::Result<config::PipelineSpec> {
-    match config::load(path, &crate::sink::sections()) {
-        Ok((spec, warnings)) => {
-            for w in warnings {
-                tracing::warn!("{}: {w}", path.display());
-            }
-            Ok(spec)
-        }
-        Err(e) => Err(anyhow::anyhow!("{}: {e}", path.display())),
-    }
+    Ok(PipelineArgs::toml(path).load_logged()?.spec)
 }
 
 /// How long a command told to stop may take to finish its work (a member commits its open

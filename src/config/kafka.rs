@@ -271,7 +271,7 @@ pub(super) fn validate_kafka(cfg: &RawConfig, k: &RawKafka, c: &mut Checker) -> 
 /// limit, 1,000,000 by default) less 4 KiB for headers and framing; the default without a
 /// `[kafka]` section, as `simulate` runs.
 pub(super) fn record_bytes(cfg: &RawConfig, c: &mut Checker) -> usize {
-    const HEADROOM: usize = 4096;
+    use crate::windowing::spec::RECORD_HEADROOM as HEADROOM;
     let given = cfg
         .kafka
         .as_ref()

@@ -154,7 +154,7 @@ pub fn pane_headers(p: &Pane, epoch: u64, detail: &str, bytes: usize) -> OwnedHe
     super::pane::headers(p, epoch)
         .insert(Header {
             key: REASON_HEADER,
-            value: Some("too_large"),
+            value: Some(crate::pipeline::Reason::TooLarge.as_str()),
         })
         .insert(Header {
             key: DETAIL_HEADER,

@@ -72,9 +72,12 @@ impl CacheLimits {
 /// engine or the hop, in `simulate` as in `run`.
 pub const MAX_KEY_BYTES: usize = u16::MAX as usize;
 
+/// What a record's headers and framing may take besides its key and value.
+pub const RECORD_HEADROOM: usize = 4096;
+
 /// The bytes of one Kafka record a pipeline may write when nothing says otherwise: the
-/// producer's default `message.max.bytes` (1,000,000) less 4 KiB for headers and framing.
-pub const DEFAULT_RECORD_BYTES: usize = 1_000_000 - 4096;
+/// producer's default `message.max.bytes` (1,000,000) less [`RECORD_HEADROOM`].
+pub const DEFAULT_RECORD_BYTES: usize = 1_000_000 - RECORD_HEADROOM;
 
 /// The most events one partial holds ([`super::fold::Partial`]); a key's further events of the
 /// same slot open another.
