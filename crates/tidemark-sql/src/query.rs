@@ -380,13 +380,10 @@ fn spark_window(e: &Expr) -> Option<Result<(Window, String), String>> {
             },
             other => return Some(Err(format!("{other} is not a duration like '10 minutes'"))),
         };
-        let mut parts = text.split_whitespace();
-        let n = parts.next().and_then(|n| n.parse::<i64>().ok());
-        let unit = parts.next().map(unit_of_word);
-        match (n, unit) {
-            (Some(n), Some(Ok(unit))) if n > 0 => durations.push(n * unit),
-            (_, Some(Err(why))) => return Some(Err(why)),
-            _ => return Some(Err(format!("{text:?} is not a duration like '10 minutes'"))),
+        match quantity(&text) {
+            Ok(ms) if ms > 0 => durations.push(ms),
+            Ok(_) => return Some(Err(format!("{text:?} is not a duration like '10 minutes'"))),
+            Err(why) => return Some(Err(why)),
         }
     }
     Some(match (name.as_str(), durations.as_slice()) {
@@ -559,22 +556,28 @@ pub fn duration(e: &Expr) -> Result<i64, String> {
         },
         other => return Err(format!("{other} is not a number of units")),
     };
-    let (n, unit) = match leading_field {
-        Some(f) => (text.trim().to_string(), unit_of_field(f)?),
-        None => {
-            let mut parts = text.split_whitespace();
-            let n = parts.next().unwrap_or_default().to_string();
-            let unit = parts
-                .next()
-                .ok_or(format!("INTERVAL '{text}' needs a unit"))?;
-            (n, unit_of_word(unit)?)
-        }
-    };
+    match leading_field {
+        Some(f) => times(text.trim(), unit_of_field(f)?),
+        None => quantity(&text),
+    }
+}
+
+/// A number of units written `'10 minutes'` (Spark's durations, and an `INTERVAL` without a
+/// field), in milliseconds.
+fn quantity(text: &str) -> Result<i64, String> {
+    let mut parts = text.split_whitespace();
+    let n = parts.next().unwrap_or_default();
+    let unit = parts.next().ok_or(format!("'{text}' needs a unit"))?;
+    times(n, unit_of_word(unit)?)
+}
+
+/// `n` (text) units of `unit` milliseconds.
+fn times(n: &str, unit: i64) -> Result<i64, String> {
     let n: i64 = n
         .parse()
         .map_err(|_| format!("{n:?} is not a whole number"))?;
     n.checked_mul(unit)
-        .ok_or_else(|| format!("INTERVAL {text} is too long"))
+        .ok_or_else(|| format!("{n} units of {unit} ms is too long"))
 }
 
 fn unit_of_field(f: &DateTimeField) -> Result<i64, String> {
