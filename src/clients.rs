@@ -11,9 +11,14 @@ use rdkafka::{ClientConfig, Offset};
 
 /// The position `auto.offset.reset` names, used for a partition on which no transaction has
 /// ever committed; `None` for a value tidemark does not accept (see [`OffsetReset::parse`]).
+///
+/// The earliest position is offset 0, not librdkafka's `Beginning`: that asks the broker with
+/// ListOffsets, which may answer past records still in the log
+/// ([`crate::kafka::quirks::EARLIEST_OFFSET_PAST_RECORDS`]). Where offset 0 is gone (a retention
+/// removed it), the consumer's `auto.offset.reset = earliest` moves it to where the log begins.
 pub fn reset_position(value: &str) -> Option<Offset> {
     OffsetReset::parse(value).map(|r| match r {
-        OffsetReset::Earliest => Offset::Beginning,
+        OffsetReset::Earliest => Offset::Offset(0),
         OffsetReset::Latest => Offset::End,
     })
 }
@@ -112,7 +117,7 @@ mod tests {
 
     #[test]
     fn reset_names_map_to_positions() {
-        assert_eq!(reset_position("smallest"), Some(Offset::Beginning));
+        assert_eq!(reset_position("smallest"), Some(Offset::Offset(0)));
         assert_eq!(reset_position("end"), Some(Offset::End));
         assert_eq!(reset_position("error"), None);
     }

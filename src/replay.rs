@@ -461,11 +461,15 @@ pub fn plan(
     let mut rows = Vec::new();
     let mut epoch = 0;
     let mut other_definition = false;
+    // Where each input begins is read from the log itself, not from the broker's earliest offset
+    // (see kafka::quirks::EARLIEST_OFFSET_PAST_RECORDS).
+    let mut logs = crate::kafka::raw_log::LogReader::connect(&k.bootstrap_servers)?;
     for (topic, p) in &inputs {
         let p = *p;
-        let (low, high) = consumer
+        let (_, high) = consumer
             .fetch_watermarks(topic, p, timeout)
             .map_err(kafka_err("reading the input's offsets"))?;
+        let low = logs.log_start(topic, p)?.min(high);
         let (committed, lineage) = committed_input(k, offsets_partitions, topic, p)?;
         epoch = epoch.max(lineage.epoch);
         other_definition |= lineage

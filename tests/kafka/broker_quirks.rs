@@ -433,3 +433,65 @@ fn a_member_that_dies_is_evicted_after_its_session_or_not() {
         "whether a dead member is never evicted"
     );
 }
+
+#[test]
+fn the_earliest_offset_is_the_lowest_in_the_log_or_not() {
+    // Ten transactional producers append one record each to a fresh partition at once, round
+    // after round, until the broker's earliest offset is past offset 0 (the quirk; about 1 round
+    // in 15 on a broker that has it) or 150 rounds pass. The raw-log reader must read all ten
+    // records every round, wherever ListOffsets says the log begins.
+    let broker = Broker::start();
+    let writers = 10;
+    let producers: Vec<BaseProducer> = (0..writers)
+        .map(|i| {
+            let id = format!("quirks-earliest-{i}");
+            let p = producer(&broker, &[("linger.ms", "0"), ("transactional.id", &id)]);
+            p.init_transactions(Duration::from_secs(30)).unwrap();
+            p
+        })
+        .collect();
+    let c = consumer(&broker, "quirks-earliest", &[]);
+    let quirk = expected(&broker, &quirks::EARLIEST_OFFSET_PAST_RECORDS);
+    let mut past = None;
+    for round in 0..150 {
+        let topic = format!("q{round}");
+        broker.create_topic(&topic, 1);
+        std::thread::scope(|s| {
+            for p in &producers {
+                let topic = &topic;
+                s.spawn(move || {
+                    p.begin_transaction().unwrap();
+                    p.send(BaseRecord::to(topic).partition(0).key("k").payload("v"))
+                        .unwrap();
+                    p.commit_transaction(Duration::from_secs(30)).unwrap();
+                });
+            }
+        });
+        let (earliest, _) = c
+            .fetch_watermarks(&topic, 0, Duration::from_secs(10))
+            .unwrap();
+        let read = tidemark::kafka::raw_log::read_topic(&broker.addr, &topic).unwrap();
+        assert_eq!(
+            read.committed.len(),
+            writers,
+            "round {round}: the raw-log reader read {} of {writers} committed records (the \
+             broker's earliest offset: {earliest})",
+            read.committed.len()
+        );
+        assert_eq!(
+            read.starts.get(&0),
+            Some(&0),
+            "round {round}: where the log begins"
+        );
+        if earliest != 0 {
+            past = Some((round, earliest));
+            break;
+        }
+    }
+    eprintln!("earliest offset past offset 0: {past:?}");
+    assert_eq!(
+        past.is_some(),
+        quirk,
+        "whether the earliest offset was ever past offset 0 in up to 150 rounds"
+    );
+}

@@ -38,6 +38,8 @@ use kafka_protocol::records::Record;
 use std::collections::BTreeMap;
 
 const FETCH_VERSION: i16 = 11;
+/// Kafka's OFFSET_OUT_OF_RANGE error code.
+const OFFSET_OUT_OF_RANGE: i16 = 1;
 const METADATA_VERSION: i16 = 8;
 
 /// Errors of raw-log reads.

@@ -125,9 +125,6 @@ impl Look {
     }
 }
 
-/// Kafka's OFFSET_OUT_OF_RANGE error code.
-pub(super) const OFFSET_OUT_OF_RANGE: i16 = 1;
-
 #[cfg(test)]
 mod tests {
     use super::super::hand_made as raw;

@@ -90,6 +90,16 @@ impl LogReader {
         self.after(read)
     }
 
+    /// Where partition `p` of `topic` begins: the first offset a fetch can read, past any
+    /// records a retention or a DeleteRecords removed.
+    pub fn log_start(&mut self, topic: &str, p: i32) -> Result<i64, RawLogError> {
+        let read = self
+            .cluster
+            .leader(topic, p)
+            .and_then(|addr| super::fetch::log_start(self.cluster.client(&addr)?, topic, p));
+        self.after(read)
+    }
+
     /// Every record of partition `p` of `topic` from `from` to the end of the log, data and
     /// markers, whatever became of its transaction, and the offset after the last one.
     pub fn raw(
