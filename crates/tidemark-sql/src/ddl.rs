@@ -18,6 +18,9 @@ pub struct Table {
     pub watermark: Option<(String, Vec<Token>)>,
     /// The `WITH` options, in order.
     pub options: Vec<(String, String)>,
+    /// The rows a view keeps, over its source's fields (computed columns inlined); `None` for a
+    /// table, or a view without `WHERE`.
+    pub filter: Option<String>,
 }
 
 /// One column.
@@ -88,6 +91,7 @@ pub fn create_table(tokens: &[Token], problems: &mut Vec<String>) -> Option<Tabl
         columns: Vec::new(),
         watermark: None,
         options: Vec::new(),
+        filter: None,
     };
     // A sink's columns are its query's: tidemark lets them be left out.
     let rest = if tokens.get(i).is_some_and(|t| is_kw(t, Keyword::WITH)) {

@@ -3,7 +3,8 @@
 //! can show the query as a pipeline file), and into the columns of the query's rows.
 //!
 //! Statements: `SET 'key' = 'value'` (a pipeline file's key, dotted: `SET 'kafka.application_id'
-//! = 'clicks'`), `CREATE TABLE` (a Kafka source, or the sink an `INSERT` writes to), and one
+//! = 'clicks'`), `CREATE TABLE` (a Kafka source, or the sink an `INSERT` writes to), `CREATE
+//! VIEW` (renaming, computing and filtering one table's rows, [`view`]), and one
 //! query, `INSERT INTO sink SELECT ...` or a bare `SELECT ...` (which `simulate` runs). A query
 //! is a window aggregation as Flink writes it ([`query`]).
 #![forbid(unsafe_code)]
@@ -12,6 +13,7 @@ pub mod ddl;
 pub mod emit;
 pub mod query;
 pub mod tokens;
+pub mod view;
 
 pub use query::OutColumn;
 
@@ -65,6 +67,11 @@ pub fn compile(text: &str) -> Result<Compiled, SqlError> {
             if let Some(table) = ddl::create_table(t, &mut local) {
                 tables.push(table);
             }
+        } else if is_kw(&t[0], Keyword::CREATE) && t.iter().take(3).any(|x| is_kw(x, Keyword::VIEW))
+        {
+            if let Some(view) = view::create_view(t, &tables, &mut local) {
+                tables.push(view);
+            }
         } else if is_kw(&t[0], Keyword::INSERT) || is_kw(&t[0], Keyword::SELECT) {
             let (sink, body) = if is_kw(&t[0], Keyword::INSERT) {
                 match t.as_slice() {
@@ -86,7 +93,7 @@ pub fn compile(text: &str) -> Result<Compiled, SqlError> {
             }
         } else {
             local.push(format!(
-                "{}: a SQL pipeline holds SET, CREATE TABLE, and one INSERT INTO ... SELECT or SELECT (views are not supported yet)",
+                "{}: a SQL pipeline holds SET, CREATE TABLE, CREATE VIEW, and one INSERT INTO ... SELECT or SELECT",
                 join(&t[..t.len().min(3)])
             ));
         }

@@ -123,7 +123,11 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
         }
     };
     let subst = |e: &Expr| substitute(&e.to_string(), table);
-    let filter = select.selection.as_ref().map(subst);
+    // A view's own filter comes first.
+    let filter = match (table.filter.clone(), select.selection.as_ref().map(subst)) {
+        (Some(view), Some(own)) => Some(format!("({view}) AND ({own})")),
+        (view, own) => own.or(view),
+    };
 
     // GROUP BY: the window's bounds and the keys.
     let group: Vec<&Expr> = match &select.group_by {
@@ -610,9 +614,10 @@ pub fn substitute(text: &str, table: &Table) -> String {
     let mut out: Vec<Token> = Vec::new();
     for (i, t) in s.tokens.iter().enumerate() {
         let computed = match t {
+            // Not a field (`row.f`), a qualifier (`row.f`'s `row`) or a function's name.
             Token::Word(w)
                 if out.last() != Some(&Token::Period)
-                    && s.tokens.get(i + 1) != Some(&Token::LParen) =>
+                    && !matches!(s.tokens.get(i + 1), Some(Token::LParen | Token::Period)) =>
             {
                 table.column(&w.value).and_then(|c| match &c.kind {
                     ColumnKind::Computed { expr } => Some(expr.clone()),

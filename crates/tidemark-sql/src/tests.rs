@@ -189,3 +189,61 @@ fn a_spark_window_means_what_the_flink_window_of_the_same_sizes_means() {
     assert_eq!(spark.pipeline, flink.pipeline);
     assert_eq!(spark.columns, flink.columns);
 }
+
+const EVENTS: &str = r#"
+CREATE TABLE events (
+  event_type INT,
+  bid ROW<auction BIGINT, price BIGINT, ts BIGINT>,
+  ts AS TO_TIMESTAMP_LTZ(bid.ts, 3),
+  WATERMARK FOR ts AS ts - INTERVAL '4' SECOND
+) WITH ('connector' = 'kafka', 'topic' = 'nexmark', 'format' = 'json');
+"#;
+
+#[test]
+fn a_view_renames_computes_and_filters_and_keeps_the_time_attribute() {
+    let text = format!(
+        "{EVENTS}
+        CREATE TEMPORARY VIEW bid AS SELECT bid.auction, bid.price * 2 AS doubled, ts AS at
+          FROM events WHERE event_type = 2;
+        CREATE VIEW big AS SELECT * FROM bid WHERE doubled > 100;
+        SELECT auction, window_start, COUNT(*) AS n, MAX(doubled) AS top
+        FROM TABLE(TUMBLE(TABLE big, DESCRIPTOR(at), INTERVAL '10' SECOND))
+        WHERE auction <> 7
+        GROUP BY auction, window_start, window_end;"
+    );
+    let c = compile(&text).unwrap_or_else(|e| panic!("{e}"));
+    let doc = toml::to_string(&c.pipeline).unwrap();
+    let want = [
+        // The views' filters, outermost first, then the query's own.
+        "filter = \"((event_type = 2) AND ((bid.price * 2) > 100)) AND ((bid.auction) <> 7)\"",
+        "expr = \"(bid.auction)\"",
+        "field = \"(bid.price * 2)\"",
+        // The renamed time attribute is still the table's, with its watermark.
+        "timestamp = \"bid.ts\"",
+        "max_out_of_orderness = \"4000ms\"",
+    ];
+    for w in want {
+        assert!(doc.contains(w), "{w} not in\n{doc}");
+    }
+}
+
+#[test]
+fn a_view_that_aggregates_or_reads_nothing_known_is_refused() {
+    let text = format!(
+        "{EVENTS}
+        CREATE VIEW a AS SELECT event_type, COUNT(*) AS n FROM events GROUP BY event_type;
+        CREATE VIEW b AS SELECT x FROM nowhere;
+        CREATE VIEW c AS SELECT event_type, event_type FROM events;
+        CREATE VIEW d AS SELECT nothing FROM events;
+        SELECT event_type, COUNT(*) AS n FROM events GROUP BY event_type;"
+    );
+    let e = compile(&text).unwrap_err().to_string();
+    for w in [
+        "line 9: CREATE VIEW a: GROUP BY in a view is not supported",
+        "line 10: CREATE VIEW b: no table \"nowhere\" was created before it",
+        "line 11: CREATE VIEW c: two columns are named event_type",
+        "line 12: CREATE VIEW d: events has no column nothing",
+    ] {
+        assert!(e.contains(w), "{w} not in\n{e}");
+    }
+}
