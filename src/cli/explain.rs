@@ -52,8 +52,9 @@ fn sql_part(sql: &tidemark_sql::Compiled) -> String {
             OutColumn::WindowStart(n) => format!("{n} (window_start)"),
             OutColumn::WindowEnd(n) => format!("{n} (window_end)"),
             OutColumn::WindowTime(n) => format!("{n} (window_time)"),
-            OutColumn::Key { name, part } => format!("{name} (key part {part})"),
+            OutColumn::Key { name, part, .. } => format!("{name} (key part {part})"),
             OutColumn::Aggregate(n) => n.clone(),
+            OutColumn::IntegerMean(n) => format!("{n} (truncated to an integer)"),
         })
         .collect();
     format!(

@@ -22,15 +22,27 @@ pub fn sql_row(line: &str, columns: &[OutColumn], shape: KeyShape) -> String {
             OutColumn::WindowStart(n) => (n, Value::from(timestamp(ms("window_start")))),
             OutColumn::WindowEnd(n) => (n, Value::from(timestamp(ms("window_end")))),
             OutColumn::WindowTime(n) => (n, Value::from(timestamp(ms("window_end") - 1))),
-            OutColumn::Key { name, part } => {
+            OutColumn::Key { name, part, number } => {
                 let v = match shape {
                     KeyShape::None => Value::Null,
                     KeyShape::One => pane["key"].clone(),
                     KeyShape::Many => pane["key"][*part].clone(),
                 };
+                // A one-part key travels as text; a numeric one is written back as its number.
+                let v = match (&v, number) {
+                    (Value::String(t), true) => {
+                        serde_json::from_str::<serde_json::Number>(t).map_or(v, Value::Number)
+                    }
+                    _ => v,
+                };
                 (name, v)
             }
             OutColumn::Aggregate(n) => (n, pane[n.as_str()].clone()),
+            OutColumn::IntegerMean(n) => {
+                let v = &pane[n.as_str()];
+                let truncated = v.as_f64().map(|m| m.trunc() as i64);
+                (n, truncated.map_or_else(|| v.clone(), Value::from))
+            }
         };
         if i > 0 {
             out.push(',');
@@ -55,6 +67,7 @@ mod tests {
             OutColumn::Key {
                 name: "bucket".into(),
                 part: 1,
+                number: true,
             },
             OutColumn::Aggregate("n".into()),
             OutColumn::WindowTime("wt".into()),

@@ -21,6 +21,8 @@ pub struct Table {
     /// The rows a view keeps, over its source's fields (computed columns inlined); `None` for a
     /// table, or a view without `WHERE`.
     pub filter: Option<String>,
+    /// For a view, the table (not a view) its rows come from.
+    pub root: Option<String>,
 }
 
 /// One column.
@@ -92,6 +94,7 @@ pub fn create_table(tokens: &[Token], problems: &mut Vec<String>) -> Option<Tabl
         watermark: None,
         options: Vec::new(),
         filter: None,
+        root: None,
     };
     // A sink's columns are its query's: tidemark lets them be left out.
     let rest = if tokens.get(i).is_some_and(|t| is_kw(t, Keyword::WITH)) {

@@ -76,9 +76,16 @@ pub enum OutColumn {
         name: String,
         /// Which part of the key.
         part: usize,
+        /// Whether the key's declared type is a number: a key travels as text, and a row
+        /// writes it back as a number (a column of type `BIGINT`, a field of a `ROW`, a `CAST`
+        /// to a number, `MOD`).
+        number: bool,
     },
     /// An aggregation's value, under its name.
     Aggregate(String),
+    /// `AVG` of an integer column, under its name: an integer, the mean truncated toward zero
+    /// (Flink's result type).
+    IntegerMean(String),
 }
 
 /// Reads a `SELECT` over `tables`; `problems` gets everything it cannot take.
@@ -221,12 +228,22 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
         } else if let Some(part) = key_exprs.iter().position(|k| *k == expr) {
             let name = alias.unwrap_or_else(|| keys[part].1.clone());
             keys[part].1 = name.clone();
-            columns.push(OutColumn::Key { name, part });
+            let number = is_number(&keys[part].0, table, tables);
+            columns.push(OutColumn::Key { name, part, number });
         } else if let Expr::Function(f) = expr {
             let name = alias.unwrap_or(format!("EXPR${i}"));
             match aggregate(f, &name, &subst) {
                 Ok(a) => {
-                    columns.push(OutColumn::Aggregate(name));
+                    // AVG keeps its argument's type in Flink: of integers, an integer.
+                    let integer = a.op == "mean"
+                        && a.field.as_deref().is_some_and(|f| {
+                            declared_type(f, table, tables).is_some_and(|t| type_is(&t, &INTEGERS))
+                        });
+                    columns.push(if integer {
+                        OutColumn::IntegerMean(name)
+                    } else {
+                        OutColumn::Aggregate(name)
+                    });
                     aggregations.push(a);
                 }
                 Err(why) => problems.push(why),
@@ -647,6 +664,87 @@ pub fn substitute(text: &str, table: &Table) -> String {
 pub fn select_of(q: &sqlparser::ast::Query) -> Option<&Select> {
     match q.body.as_ref() {
         SetExpr::Select(s) if q.order_by.is_none() && q.limit_clause.is_none() => Some(s),
+        _ => None,
+    }
+}
+
+/// The integer types; the other numbers are `FLOAT`, `DOUBLE`, `DECIMAL`, `NUMERIC`, `REAL`.
+const INTEGERS: [&str; 5] = ["TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT"];
+
+/// Whether `ty` (a declared type, upper case) is one of `names`, with or without a precision.
+fn type_is(ty: &str, names: &[&str]) -> bool {
+    let base = ty.split(['(', ' ']).next().unwrap_or("");
+    names.contains(&base)
+}
+
+/// Whether the expression `text` (computed columns inlined) has a numeric type.
+fn is_number(text: &str, table: &Table, tables: &[Table]) -> bool {
+    declared_type(text, table, tables).is_some_and(|t| {
+        type_is(&t, &INTEGERS) || type_is(&t, &["FLOAT", "DOUBLE", "DECIMAL", "NUMERIC", "REAL"])
+    })
+}
+
+/// The declared type of the expression `text` (computed columns inlined), upper case, where it
+/// is known: a column or a `ROW` field of the table the query (or its views) read, a `CAST`, or
+/// `MOD` (an integer).
+fn declared_type(text: &str, table: &Table, tables: &[Table]) -> Option<String> {
+    let text = text.trim();
+    let text = text
+        .strip_prefix('(')
+        .and_then(|t| t.strip_suffix(')'))
+        .unwrap_or(text);
+    let upper = text.to_ascii_uppercase();
+    if upper.starts_with("MOD(") {
+        return Some("INT".into());
+    }
+    if upper.starts_with("CAST(") {
+        return upper
+            .rsplit_once(" AS ")
+            .map(|(_, ty)| ty.trim_end_matches(')').trim().to_string());
+    }
+    let root = table
+        .root
+        .as_deref()
+        .and_then(|r| tables.iter().find(|t| t.name == r))
+        .unwrap_or(table);
+    let path: Vec<&str> = text
+        .split('.')
+        .map(|p| p.trim().trim_matches('`'))
+        .collect();
+    let Some(ColumnKind::Physical { ty }) = root.column(path[0]).map(|c| &c.kind) else {
+        return None;
+    };
+    match path.as_slice() {
+        [_] => Some(ty.trim().to_ascii_uppercase()),
+        [_, field] => {
+            // `ROW<a BIGINT, b STRING>`: the field's type, up to the next top-level comma.
+            let inner = ty
+                .find('<')
+                .map(|i| &ty[i + 1..ty.len().saturating_sub(1)])
+                .unwrap_or("");
+            let mut depth = 0;
+            let mut start = 0;
+            let mut parts = Vec::new();
+            for (i, c) in inner.char_indices() {
+                match c {
+                    '<' | '(' => depth += 1,
+                    '>' | ')' => depth -= 1,
+                    ',' if depth == 0 => {
+                        parts.push(&inner[start..i]);
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+            parts.push(&inner[start..]);
+            parts.iter().find_map(|p| {
+                let p = p.trim();
+                let (name, ty) = p.split_once(char::is_whitespace)?;
+                name.trim_matches('`')
+                    .eq_ignore_ascii_case(field)
+                    .then(|| ty.trim().to_ascii_uppercase())
+            })
+        }
         _ => None,
     }
 }

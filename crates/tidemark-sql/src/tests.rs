@@ -60,7 +60,8 @@ fn a_tumbling_window_query_becomes_a_pipeline_document() {
             OutColumn::WindowEnd("window_end".into()),
             OutColumn::Key {
                 name: "user_id".into(),
-                part: 0
+                part: 0,
+                number: false
             },
             OutColumn::Aggregate("clicks".into()),
             OutColumn::Aggregate("spent".into()),

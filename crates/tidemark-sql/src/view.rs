@@ -102,6 +102,7 @@ pub fn create_view(
         watermark: None,
         options: base.options.clone(),
         filter: base.filter.clone(),
+        root: Some(base.root.clone().unwrap_or_else(|| base.name.clone())),
     };
     // Each column, and the source column it keeps as it is (renamed or not).
     let mut kept: Vec<(Column, Option<String>)> = Vec::new();
