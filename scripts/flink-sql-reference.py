@@ -7,7 +7,7 @@ Usage: flink-sql-reference.py PIPELINE.sql EVENTS.jsonl
 
 The query text is Flink's as written; only the source table's WITH options change (a Kafka source
 becomes a file), SET statements and the sink table are left out, and INSERT INTO becomes the bare
-SELECT. Lines of the events file that are tidemark control lines ({"$...": ...}) are left out.
+SELECT. Views are created as written. Lines of the events file that are tidemark control lines ({"$...": ...}) are left out.
 """
 import json
 import os
@@ -41,7 +41,9 @@ def main(sql_path, events_path):
         head = s.split(None, 3)
         if head[0].upper() == "SET":
             continue
-        if head[0].upper() == "CREATE":
+        if head[0].upper() == "CREATE" and "VIEW" in [w.upper() for w in head[1:3]]:
+            env.execute_sql(s)
+        elif head[0].upper() == "CREATE":
             if "(" not in s.split("WITH")[0]:
                 continue  # a sink without columns: tidemark's
             source = re.sub(
