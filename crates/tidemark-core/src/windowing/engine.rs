@@ -569,6 +569,7 @@ impl Engine {
         } else {
             let mut st = WinState::new(passed);
             let mut deadline: Option<i64> = None;
+            let discarding = trigger.accumulation == Accumulation::Discarding;
             for w in overlapping.iter().rev() {
                 let old = ks.windows.remove(w).expect("listed above");
                 ks.touch_window(*w);
@@ -579,12 +580,19 @@ impl Engine {
                     old.early_deadline,
                     None,
                 ));
-                if old.next_pane > 0 {
+                // Accumulating panes each hold the whole window: a superseded window that
+                // emitted is retracted, and the merged window's panes hold everything.
+                // Discarding panes each hold what is new: what the superseded windows emitted
+                // stands, and the merged window's panes hold only what none of them fired.
+                if old.next_pane > 0 && !discarding {
                     let content = old.last_emitted.clone().unwrap_or_default();
                     self.out
                         .push(&ev.key, *w, Timing::Retract, old.next_pane, &content);
                 }
                 st.total.merge(&old.total);
+                if discarding {
+                    st.pane.merge(&old.pane);
+                }
                 // The merged window owes a pane for whatever the superseded ones had not fired.
                 st.pending = st.pending.saturating_add(old.pending);
                 if !old.on_time_done {
@@ -593,10 +601,6 @@ impl Engine {
                         (a, b) => a.or(b),
                     };
                 }
-            }
-            if trigger.accumulation == Accumulation::Discarding {
-                // Superseded panes were retracted, so the merged window's first pane holds everything.
-                st.pane = st.total.clone();
             }
             add(
                 &mut st,
@@ -609,8 +613,16 @@ impl Engine {
                 // The earliest deadline of the merged windows' open panes carries over.
                 st.early_deadline = deadline;
             }
-            self.out
-                .after_element(&ev.key, merged, passed, &mut st, true, &trigger, now);
+            if passed && overlapping.is_empty() {
+                // A new session the watermark has passed never fired: its on-time trigger is
+                // satisfied, so it fires a LATE pane at once, as a fixed window's first late
+                // element does; the late trigger governs its panes after that one.
+                self.out
+                    .window_pane(&ev.key, merged, Timing::Late, &mut st, true);
+            } else {
+                self.out
+                    .after_element(&ev.key, merged, passed, &mut st, true, &trigger, now);
+            }
             timers.push((
                 merged,
                 None,
