@@ -260,6 +260,15 @@ pub fn plan(spec: &PipelineSpec) -> String {
         })
         .collect();
     line("aggregates", aggs.join("; "));
+    if let Some(h) = &e.having {
+        line(
+            "having",
+            format!(
+                "panes where {} (a pane that fails it is written as a RETRACT)",
+                h.text()
+            ),
+        );
+    }
     if let Some(k) = &spec.kafka {
         line(
             "topology",

@@ -34,6 +34,7 @@ impl Timing {
             watermark: self.watermark,
             trigger: self.trigger,
             aggregations,
+            having: None,
             cache: Default::default(),
         }
     }
@@ -453,6 +454,23 @@ fn share_record(
         match aggregate::operation(agg.op.name(), params) {
             Ok(op) => agg.op = op,
             Err(why) => c.fail("aggregations", why),
+        }
+    }
+}
+
+/// `having`: a condition over the aggregations' names, compiled; `None` when absent or after a
+/// violation.
+pub(super) fn validate_having(
+    cfg: &RawConfig,
+    aggregations: &[AggSpec],
+    c: &mut Checker,
+) -> Option<std::sync::Arc<crate::windowing::having::Having>> {
+    let text = cfg.having.as_deref()?;
+    match crate::windowing::having::Having::compile(text, aggregations) {
+        Ok(h) => Some(std::sync::Arc::new(h)),
+        Err(why) => {
+            c.fail("having", format!("{text:?}: {why}"));
+            None
         }
     }
 }

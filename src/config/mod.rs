@@ -45,6 +45,10 @@ pub struct RawConfig {
     pub trigger: RawTrigger,
     /// The aggregations computed for every pane.
     pub aggregations: Vec<RawAggregation>,
+    /// A condition on each pane's aggregations (SQL's `HAVING`), an expression over their
+    /// names: a pane that fails it is written as a RETRACT.
+    #[serde(default)]
+    pub having: Option<String>,
     /// Kafka settings for `tidemark run` (not needed by `simulate`).
     #[serde(default)]
     pub kafka: Option<RawKafka>,

@@ -28,6 +28,7 @@ impl RawConfig {
         let (aggregations, fields) =
             super::engine::validate_aggregations(self, record_bytes, &mut c);
         super::engine::validate_trigger_for_window(self, window, timing.as_ref(), &mut c);
+        let having = super::engine::validate_having(self, &aggregations, &mut c);
         let kafka = self
             .kafka
             .as_ref()
@@ -54,6 +55,7 @@ impl RawConfig {
             unreachable!("every None above recorded a violation")
         };
         let mut engine = timing.into_engine(self.name.clone(), window, aggregations);
+        engine.having = having;
         let kafka = kafka.flatten();
         if let Some(k) = &kafka {
             engine.cache.bytes = k.cache_memory;

@@ -19,6 +19,7 @@ use super::assigner::{SliceGrid, Window, WindowKind};
 use super::backend::{BackendError, StateBackend, StoredOffsets};
 use super::cache::{CacheFigures, PartitionState};
 use super::changes::Changes;
+use super::having::Having;
 use super::keystate::{Cursor, KeyState, WinState};
 pub use super::rules::Layout;
 use super::rules::{next_end_with_data, window_acc, window_total, Rules};
@@ -130,12 +131,21 @@ struct Emitter {
     pipeline: String,
     aggregations: Arc<[AggSpec]>,
     accumulation: Accumulation,
+    having: Option<Arc<Having>>,
     panes: Vec<Pane>,
     stats: EngineStats,
 }
 
 impl Emitter {
     fn push(&mut self, key: &str, window: Window, timing: Timing, pane_index: u32, content: &Acc) {
+        let values: PaneValues = (0..self.aggregations.len())
+            .map(|i| content.value(&self.aggregations, i))
+            .collect();
+        // A pane whose values fail the condition voids the window's row instead.
+        let timing = match &self.having {
+            Some(h) if timing != Timing::Retract && !h.keeps(&values) => Timing::Retract,
+            _ => timing,
+        };
         self.stats.panes[timing as usize] += 1;
         self.panes.push(Pane {
             key: CompactString::from(key),
@@ -144,9 +154,7 @@ impl Emitter {
             pane_index,
             dedup_id: dedup_id(&self.pipeline, key, window),
             count: content.count,
-            values: (0..self.aggregations.len())
-                .map(|i| content.value(&self.aggregations, i))
-                .collect(),
+            values,
         });
     }
 
@@ -332,6 +340,7 @@ impl Engine {
                 pipeline: spec.name.clone(),
                 aggregations: aggs,
                 accumulation: spec.trigger.accumulation,
+                having: spec.having.clone(),
                 panes: Vec::new(),
                 stats: EngineStats::default(),
             },

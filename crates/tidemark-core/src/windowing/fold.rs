@@ -167,6 +167,7 @@ mod tests {
             },
             trigger: TriggerSpec::default(),
             aggregations: vec![AggSpec::new("n", "count", None)],
+            having: None,
             cache: Default::default(),
         }
     }

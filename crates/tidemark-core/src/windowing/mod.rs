@@ -35,6 +35,7 @@ pub mod changes;
 pub mod engine;
 pub mod entry;
 pub mod fold;
+pub mod having;
 pub mod keys;
 pub mod keystate;
 pub mod rules;

@@ -23,6 +23,9 @@ pub struct EngineSpec {
     pub trigger: TriggerSpec,
     /// The aggregations, in output order.
     pub aggregations: Vec<AggSpec>,
+    /// A condition on each pane's values (SQL's `HAVING`): a pane that fails it is emitted as a
+    /// RETRACT. It shapes what is written, not the state.
+    pub having: Option<std::sync::Arc<super::having::Having>>,
     /// How much state each partition keeps in memory (not part of what the state means: a
     /// pipeline's state is the same under any limits).
     pub cache: CacheLimits,
