@@ -441,6 +441,9 @@ impl Out<'_> {
             summary.panes += 1;
             match self.columns {
                 None => writeln!(self.panes, "{line}")?,
+                // A RETRACT voids a window's row (a session merge, a pane failing HAVING): it
+                // is no row of its own.
+                Some(_) if p.timing == crate::windowing::trigger::Timing::Retract => {}
                 Some(columns) => {
                     let row = crate::format::row::sql_row(&line, columns, self.shape);
                     writeln!(self.panes, "{row}")?

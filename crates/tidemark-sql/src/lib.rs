@@ -389,6 +389,9 @@ fn document(
         })
         .collect();
     doc.insert("aggregations".into(), V::Array(aggs));
+    if let Some(h) = &plan.having {
+        doc.insert("having".into(), s(h));
+    }
 
     // [kafka], when the source names a broker and an INSERT a sink: its topic is the output.
     if let Some(sink) = sink {

@@ -42,6 +42,8 @@ pub struct Plan {
     pub aggregations: Vec<Aggregation>,
     /// The output columns, in `SELECT` order.
     pub columns: Vec<OutColumn>,
+    /// The `HAVING` condition over aggregation names.
+    pub having: Option<String>,
 }
 
 /// One aggregation of a query.
@@ -92,9 +94,6 @@ pub enum OutColumn {
 pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Option<Plan> {
     if select.distinct.is_some() {
         problems.push("SELECT DISTINCT is not supported; group by the columns instead".into());
-    }
-    if select.having.is_some() {
-        problems.push("HAVING is not supported yet: filter the rows downstream".into());
     }
     let [from] = select.from.as_slice() else {
         problems.push("a query reads one window table function: FROM TABLE(TUMBLE(...))".into());
@@ -264,6 +263,46 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
             ));
         }
     }
+    // HAVING: each aggregate call becomes the name of the SELECT's aggregation of the same
+    // call, or of one added for the condition alone (not a column of the rows).
+    let having = select.having.as_ref().and_then(|h| {
+        let mut named: Vec<(String, String)> = select
+            .projection
+            .iter()
+            .filter_map(|item| match item {
+                SelectItem::ExprWithAlias {
+                    expr: e @ Expr::Function(_),
+                    alias,
+                } => Some((e.to_string(), alias.value.clone())),
+                _ => None,
+            })
+            .collect();
+        for (i, item) in select.projection.iter().enumerate() {
+            if let SelectItem::UnnamedExpr(e @ Expr::Function(_)) = item {
+                named.push((e.to_string(), format!("EXPR${i}")));
+            }
+        }
+        let mut rewrite = |call: &sqlparser::ast::Function| -> Result<String, String> {
+            let text = call.to_string();
+            if let Some((_, name)) = named.iter().find(|(t, _)| *t == text) {
+                if aggregations.iter().any(|a| a.name == *name) {
+                    return Ok(name.clone());
+                }
+            }
+            let name = format!("HAVING${}", aggregations.len());
+            let a = aggregate(call, &name, &subst)?;
+            aggregations.push(a);
+            named.push((text, name.clone()));
+            Ok(name)
+        };
+        match having_text(h, &mut rewrite) {
+            Ok(text) => Some(text),
+            Err(why) => {
+                problems.push(format!("HAVING {h}: {why}"));
+                None
+            }
+        }
+    });
     Some(Plan {
         source: table.name.clone(),
         window,
@@ -272,6 +311,7 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
         keys,
         aggregations,
         columns,
+        having,
     })
 }
 
@@ -747,4 +787,47 @@ fn declared_type(text: &str, table: &Table, tables: &[Table]) -> Option<String> 
         }
         _ => None,
     }
+}
+
+/// The text of a `HAVING` condition with each aggregate call replaced by the name `call` gives
+/// it: comparisons, arithmetic, `AND`/`OR`/`NOT`, `IS [NOT] NULL`, `BETWEEN` and literals over
+/// aggregates. A column outside an aggregate is refused: a condition on a key belongs in `WHERE`.
+fn having_text(
+    e: &Expr,
+    call: &mut dyn FnMut(&sqlparser::ast::Function) -> Result<String, String>,
+) -> Result<String, String> {
+    Ok(match e {
+        Expr::Function(f) => call(f)?,
+        Expr::Value(v) => v.to_string(),
+        Expr::Nested(inner) => format!("({})", having_text(inner, call)?),
+        Expr::BinaryOp { left, op, right } => format!(
+            "{} {op} {}",
+            having_text(left, call)?,
+            having_text(right, call)?
+        ),
+        Expr::UnaryOp { op, expr } => match op {
+            sqlparser::ast::UnaryOperator::Not => format!("NOT {}", having_text(expr, call)?),
+            _ => format!("{op}{}", having_text(expr, call)?),
+        },
+        Expr::IsNull(inner) => format!("{} IS NULL", having_text(inner, call)?),
+        Expr::IsNotNull(inner) => format!("{} IS NOT NULL", having_text(inner, call)?),
+        Expr::Between {
+            expr,
+            negated,
+            low,
+            high,
+        } => format!(
+            "{} {}BETWEEN {} AND {}",
+            having_text(expr, call)?,
+            if *negated { "NOT " } else { "" },
+            having_text(low, call)?,
+            having_text(high, call)?
+        ),
+        Expr::Identifier(_) | Expr::CompoundIdentifier(_) => {
+            return Err(format!(
+                "{e} is not an aggregate: a condition on a key belongs in WHERE"
+            ))
+        }
+        other => return Err(format!("{other} is not supported in HAVING")),
+    })
 }

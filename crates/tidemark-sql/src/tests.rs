@@ -248,3 +248,31 @@ fn a_view_that_aggregates_or_reads_nothing_known_is_refused() {
         assert!(e.contains(w), "{w} not in\n{e}");
     }
 }
+
+#[test]
+fn having_names_the_selects_aggregates_and_adds_the_others() {
+    let c = compiled(
+        "SELECT window_start, window_end, user_id, COUNT(*) AS clicks
+         FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE))
+         GROUP BY window_start, window_end, user_id
+         HAVING COUNT(*) > 2 AND (MAX(amount) BETWEEN 1 AND 10 OR SUM(amount) IS NULL)",
+    );
+    let doc = toml::to_string(&c.pipeline).unwrap();
+    assert!(
+        doc.contains("having = \"clicks > 2 AND (HAVING$1 BETWEEN 1 AND 10 OR HAVING$2 IS NULL)\""),
+        "{doc}"
+    );
+    // The added aggregations are not columns of the rows.
+    assert_eq!(c.columns.len(), 4);
+    let text = format!(
+        "{CLICKS}
+        SELECT window_start, window_end, user_id, COUNT(*) AS n
+        FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE))
+        GROUP BY window_start, window_end, user_id HAVING user_id <> 'x';"
+    );
+    let e = compile(&text).unwrap_err().to_string();
+    assert!(
+        e.contains("user_id is not an aggregate: a condition on a key belongs in WHERE"),
+        "{e}"
+    );
+}
