@@ -1,6 +1,6 @@
 //! SQL pipelines: every query of `examples/sql/` gives, under `tidemark simulate --sql`, the rows
 //! Flink 2.3 gives for the same query text over the same file (`tests/golden/sql/`), and a SQL file
-//! with problems gets every one listed, with its line, and exit code 2.
+//! with problems gets every one listed, with its line and column, and exit code 2.
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -157,13 +157,13 @@ fn merge_touching_sessions(rows: Vec<String>) -> Vec<String> {
 }
 
 #[test]
-fn a_sql_file_with_problems_gets_every_one_with_its_line() {
+fn a_sql_file_with_problems_gets_every_one_with_its_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.sql");
     std::fs::write(
         &path,
         "CREATE TABLE t (a INT, ts BIGINT, WATERMARK FOR ts AS ts) WITH ('format' = 'xml');\n\
-         SELECT window_start, b, MEDIAN(a) AS m\n\
+         SELECT window_start, b, MEDIAN(a) AS m, COUNT(*) OVER (PARTITION BY a) AS o\n\
          FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MINUTE))\n\
          GROUP BY window_start, window_end;\n",
     )
@@ -176,9 +176,10 @@ fn a_sql_file_with_problems_gets_every_one_with_its_line() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     for want in [
-        "line 2: t: format \"xml\"",
-        "line 2: SELECT b: a column is",
-        "line 2: m: MEDIAN is not an aggregate",
+        "line 2, column 1: t: format \"xml\"",
+        "line 2, column 22: SELECT b: a column is",
+        "line 2, column 25: m: MEDIAN is not an aggregate",
+        "line 2, column 41: o: COUNT(...) OVER (...) is an OVER window, which is not supported",
     ] {
         assert!(err.contains(want), "{want} missing from:\n{err}");
     }

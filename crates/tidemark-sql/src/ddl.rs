@@ -3,6 +3,7 @@
 //! 'timestamp'`), `WATERMARK FOR c AS expr`, `PRIMARY KEY (...) NOT ENFORCED`, and the
 //! `WITH ('key' = 'value', ...)` options.
 
+use crate::problems::Problems;
 use crate::tokens::{closing, is_kw, join, split_top_level, word};
 use sqlparser::keywords::Keyword;
 use sqlparser::tokenizer::Token;
@@ -73,7 +74,7 @@ impl Table {
 
 /// Reads `CREATE [TEMPORARY] TABLE [IF NOT EXISTS] name (items) [WITH (options)]`; `problems`
 /// gets every item it cannot read.
-pub fn create_table(tokens: &[Token], problems: &mut Vec<String>) -> Option<Table> {
+pub fn create_table(tokens: &[Token], problems: &mut Problems) -> Option<Table> {
     let mut i = 1; // after CREATE
     if tokens.get(i).is_some_and(|t| is_kw(t, Keyword::TEMPORARY)) {
         i += 1;
@@ -83,7 +84,7 @@ pub fn create_table(tokens: &[Token], problems: &mut Vec<String>) -> Option<Tabl
         i += 3; // IF NOT EXISTS
     }
     let Some(name) = tokens.get(i).and_then(word) else {
-        problems.push("CREATE TABLE needs a table name".into());
+        problems.push("CREATE TABLE needs a table name");
         return None;
     };
     let name = name.to_string();
@@ -139,7 +140,7 @@ pub fn create_table(tokens: &[Token], problems: &mut Vec<String>) -> Option<Tabl
     Some(table)
 }
 
-fn column_item(table: &mut Table, item: &[Token], problems: &mut Vec<String>) {
+fn column_item(table: &mut Table, item: &[Token], problems: &mut Problems) {
     let name = &table.name;
     match item {
         [] => problems.push(format!("CREATE TABLE {name}: an empty column")),

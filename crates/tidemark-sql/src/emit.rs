@@ -12,6 +12,7 @@
 //!      ACCUMULATING | DISCARDING            -- trigger.accumulation
 //! ```
 
+use crate::problems::Problems;
 use crate::tokens::{join, split_top_level, word};
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
@@ -19,10 +20,10 @@ use sqlparser::tokenizer::Token;
 
 /// The pipeline keys the clause `tokens` sets, with their values; `problems` gets the items it
 /// cannot read.
-pub fn clause(tokens: &[Token], problems: &mut Vec<String>) -> Vec<(String, String)> {
+pub fn clause(tokens: &[Token], problems: &mut Problems) -> Vec<(String, String)> {
     let mut out = Vec::new();
     if tokens.is_empty() {
-        problems.push("EMIT needs what to emit: EARLY EVERY ..., LATE ..., ALLOWED LATENESS ..., ACCUMULATING or DISCARDING".into());
+        problems.push("EMIT needs what to emit: EARLY EVERY ..., LATE ..., ALLOWED LATENESS ..., ACCUMULATING or DISCARDING");
     }
     for item in split_top_level(tokens) {
         let words: Vec<String> = item
@@ -77,6 +78,7 @@ fn interval(tokens: &[Token]) -> Option<i64> {
 mod tests {
     use super::*;
     use crate::tokens::statements;
+    use sqlparser::tokenizer::Location;
 
     #[test]
     fn every_item_sets_its_key() {
@@ -85,7 +87,7 @@ mod tests {
              ALLOWED LATENESS INTERVAL '2' MINUTE, DISCARDING",
         )
         .unwrap();
-        let mut problems = Vec::new();
+        let mut problems = Problems::default();
         let got = clause(&s[0].tokens, &mut problems);
         assert!(problems.is_empty(), "{problems:?}");
         let got: Vec<(&str, &str)> = got.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -102,6 +104,10 @@ mod tests {
         let s = statements("EARLY SOMETIMES, NO LATE").unwrap();
         let got = clause(&s[0].tokens, &mut problems);
         assert_eq!(got, [("trigger.late".to_string(), "none".to_string())]);
+        let problems: Vec<String> = problems
+            .located(Location::new(1, 1))
+            .map(|(_, p)| p)
+            .collect();
         assert_eq!(problems.len(), 1);
         assert!(
             problems[0].starts_with("EMIT EARLY SOMETIMES"),

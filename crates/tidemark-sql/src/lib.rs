@@ -11,6 +11,7 @@
 
 pub mod ddl;
 pub mod emit;
+pub mod problems;
 pub mod query;
 pub mod tokens;
 pub mod view;
@@ -18,6 +19,7 @@ pub mod view;
 pub use query::OutColumn;
 
 use ddl::{ColumnKind, Table};
+use problems::Problems;
 use query::{Plan, Window};
 use sqlparser::dialect::GenericDialect;
 use sqlparser::keywords::Keyword;
@@ -34,25 +36,26 @@ pub struct Compiled {
     pub columns: Vec<OutColumn>,
 }
 
-/// Everything wrong with a SQL file, each with the line of its statement.
+/// Everything wrong with a SQL file, each where it is: the part of the query it is about, or
+/// else its statement.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}", .problems.iter().map(|(l, p)| format!("  - line {l}: {p}")).collect::<Vec<_>>().join("\n"))]
+#[error("{}", .problems.iter().map(|(l, c, p)| format!("  - line {l}, column {c}: {p}")).collect::<Vec<_>>().join("\n"))]
 pub struct SqlError {
-    /// (line, what is wrong).
-    pub problems: Vec<(u64, String)>,
+    /// (line, column, what is wrong), 1-based.
+    pub problems: Vec<(u64, u64, String)>,
 }
 
 /// Compiles a SQL file's text.
 pub fn compile(text: &str) -> Result<Compiled, SqlError> {
-    let mut problems: Vec<(u64, String)> = Vec::new();
+    let mut problems: Vec<(u64, u64, String)> = Vec::new();
     let stmts = tokens::statements(text).map_err(|e| SqlError {
-        problems: vec![(0, e)],
+        problems: vec![(1, 1, e)],
     })?;
     let mut settings: Vec<(String, String)> = Vec::new();
     let mut tables: Vec<Table> = Vec::new();
-    let mut query: Option<(u64, Option<String>, Vec<Token>)> = None;
+    let mut query: Option<(&tokens::Statement, Option<String>, usize)> = None;
     for s in &stmts {
-        let mut local = Vec::new();
+        let mut local = Problems::default();
         let t = &s.tokens;
         if is_kw(&t[0], Keyword::SET) {
             match &t[1..] {
@@ -69,27 +72,28 @@ pub fn compile(text: &str) -> Result<Compiled, SqlError> {
             }
         } else if is_kw(&t[0], Keyword::CREATE) && t.iter().take(3).any(|x| is_kw(x, Keyword::VIEW))
         {
-            if let Some(view) = view::create_view(t, &tables, &mut local) {
+            if let Some(view) = view::create_view(s, &tables, &mut local) {
                 tables.push(view);
             }
         } else if is_kw(&t[0], Keyword::INSERT) || is_kw(&t[0], Keyword::SELECT) {
+            // The query's name of its sink, and where its SELECT begins.
             let (sink, body) = if is_kw(&t[0], Keyword::INSERT) {
                 match t.as_slice() {
-                    [_, into, name, body @ ..] if is_kw(into, Keyword::INTO) => {
-                        (tokens::word(name).map(str::to_string), body.to_vec())
+                    [_, into, name, _, ..] if is_kw(into, Keyword::INTO) => {
+                        (tokens::word(name).map(str::to_string), 3)
                     }
                     _ => {
-                        local.push("INSERT is written INSERT INTO sink SELECT ...".into());
-                        (None, Vec::new())
+                        local.push("INSERT is written INSERT INTO sink SELECT ...");
+                        (None, t.len())
                     }
                 }
             } else {
-                (None, t.clone())
+                (None, 0)
             };
             if query.is_some() {
-                local.push("a file holds one query (INSERT or SELECT) for now".into());
+                local.push("a file holds one query (INSERT or SELECT) for now");
             } else {
-                query = Some((s.line, sink, body));
+                query = Some((s, sink, body));
             }
         } else {
             local.push(format!(
@@ -97,34 +101,45 @@ pub fn compile(text: &str) -> Result<Compiled, SqlError> {
                 join(&t[..t.len().min(3)])
             ));
         }
-        problems.extend(local.into_iter().map(|p| (s.line, p)));
+        problems.extend(
+            local
+                .located(s.start())
+                .map(|(at, p)| (at.line, at.column, p)),
+        );
     }
-    let Some((line, sink, body)) = query else {
+    let Some((stmt, sink, from)) = query else {
         problems.push((
-            0,
+            1,
+            1,
             "no query: write INSERT INTO sink SELECT ... or SELECT ...".into(),
         ));
         return Err(SqlError { problems });
     };
-    let mut local = Vec::new();
+    let mut local = Problems::default();
     // `EMIT ...` ends the query: tidemark's clause, read here, the rest by the parser.
-    let at = body
+    let end = stmt.tokens[from..]
         .iter()
-        .position(|t| tokens::word(t).is_some_and(|w| w.eq_ignore_ascii_case("emit")));
-    let (body, emit) = match at {
-        Some(i) => (body[..i].to_vec(), emit::clause(&body[i + 1..], &mut local)),
-        None => (body, Vec::new()),
+        .position(|t| tokens::word(t).is_some_and(|w| w.eq_ignore_ascii_case("emit")))
+        .map_or(stmt.tokens.len(), |i| from + i);
+    let emit = if end < stmt.tokens.len() {
+        emit::clause(&stmt.tokens[end + 1..], &mut local)
+    } else {
+        Vec::new()
     };
+    let located = stmt.located(from..end);
+    let body: Vec<Token> = located.iter().map(|t| t.token.clone()).collect();
+    let rewritten = tokens::rewrite_table_arguments(&tokens::rewrite_spark_windows(&body));
     let parsed = Parser::new(&GenericDialect {})
-        .with_tokens(tokens::rewrite_table_arguments(
-            &tokens::rewrite_spark_windows(&body),
-        ))
+        .with_tokens_with_locations(tokens::relocate(&located, rewritten))
         .parse_query();
     let plan = match &parsed {
         Ok(q) => match query::select_of(q) {
             Some(select) => query::plan(select, &tables, &mut local),
             None => {
-                local.push("the query is one SELECT, without ORDER BY, LIMIT or UNION".into());
+                local.at(
+                    q.as_ref(),
+                    "the query is one SELECT, without ORDER BY, LIMIT or UNION",
+                );
                 None
             }
         },
@@ -151,7 +166,11 @@ pub fn compile(text: &str) -> Result<Compiled, SqlError> {
         }
         doc
     });
-    problems.extend(local.into_iter().map(|p| (line, p)));
+    problems.extend(
+        local
+            .located(stmt.start())
+            .map(|(at, p)| (at.line, at.column, p)),
+    );
     match (pipeline, plan) {
         (Some(pipeline), Some(plan)) if problems.is_empty() => Ok(Compiled {
             pipeline,
@@ -166,7 +185,7 @@ fn document(
     plan: &Plan,
     tables: &[Table],
     sink: Option<&Table>,
-    problems: &mut Vec<String>,
+    problems: &mut Problems,
 ) -> toml::Table {
     use toml::Value as V;
     let source = tables
@@ -357,7 +376,7 @@ fn document(
                 )
             }) {
                 problems.push(
-                    "a query over a plain table has one window per key that never closes: it has no window_start, window_end or window_time".into(),
+                    "a query over a plain table has one window per key that never closes: it has no window_start, window_end or window_time",
                 );
             }
         }

@@ -2,6 +2,7 @@
 //! window_start, window_end[, keys]`, read from the parser's tree into what a pipeline needs.
 
 use crate::ddl::{ColumnKind, Table};
+use crate::problems::Problems;
 use crate::tokens::{join, statements};
 use sqlparser::ast::{
     DateTimeField, DuplicateTreatment, Expr, FunctionArg, FunctionArgExpr, FunctionArguments,
@@ -91,23 +92,29 @@ pub enum OutColumn {
 }
 
 /// Reads a `SELECT` over `tables`; `problems` gets everything it cannot take.
-pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Option<Plan> {
+pub fn plan(select: &Select, tables: &[Table], problems: &mut Problems) -> Option<Plan> {
     if select.distinct.is_some() {
-        problems.push("SELECT DISTINCT is not supported; group by the columns instead".into());
+        problems.push("SELECT DISTINCT is not supported; group by the columns instead");
     }
     let [from] = select.from.as_slice() else {
-        problems.push("a query reads one window table function: FROM TABLE(TUMBLE(...))".into());
+        problems.push("a query reads one window table function: FROM TABLE(TUMBLE(...))");
         return None;
     };
-    if !from.joins.is_empty() {
-        problems.push("joins are not supported yet".into());
+    if let Some(join) = from.joins.first() {
+        problems.at(
+            &join.relation,
+            "joins are not supported yet: a query reads one table or window table function",
+        );
     }
     // A plain table: a global window; a window table function: its window.
     let (table, mut window, mut time_column) = match &from.relation {
         TableFactor::Table { name, .. } => {
             let source = name.to_string();
             let Some(table) = tables.iter().find(|t| t.name.eq_ignore_ascii_case(&source)) else {
-                problems.push(format!("FROM {source}: no table {source:?} was created"));
+                problems.at(
+                    name,
+                    format!("FROM {source}: no table {source:?} was created"),
+                );
                 return None;
             };
             let time = table
@@ -122,7 +129,7 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
             ..
         } => window_function(call, tables, problems)?,
         other => {
-            problems.push(format!(
+            problems.at(other, format!(
                 "FROM {other}: a query reads a table, or a window table function, FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MINUTE)), HOP, CUMULATE or SESSION"
             ));
             return None;
@@ -139,7 +146,7 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
     let group: Vec<&Expr> = match &select.group_by {
         GroupByExpr::Expressions(exprs, mods) if mods.is_empty() => exprs.iter().collect(),
         _ => {
-            problems.push("GROUP BY lists the window's bounds and the keys".into());
+            problems.push("GROUP BY lists the window's bounds and the keys");
             return None;
         }
     };
@@ -162,7 +169,7 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
                 }
                 (window, time_column) = (w, column);
             }
-            Err(why) => problems.push(format!("{}: {why}", group[i])),
+            Err(why) => problems.at(group[i], format!("{}: {why}", group[i])),
         }
     }
     let group: Vec<&Expr> = group
@@ -180,10 +187,12 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
             .iter()
             .any(|e| is_bound(e, "window_start") || is_bound(e, "window_end"))
     {
-        problems.push("a query over a plain table has no window_start or window_end: group by keys only, or read a window table function".into());
+        problems.push("a query over a plain table has no window_start or window_end: group by keys only, or read a window table function");
     } else if !global && !bounds {
-        problems
-            .push("GROUP BY must include window_start and window_end, as Flink requires".into());
+        problems.at(
+            &select.group_by,
+            "GROUP BY must include window_start and window_end, as Flink requires",
+        );
     }
     let key_exprs: Vec<&Expr> = group
         .iter()
@@ -212,7 +221,7 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
             SelectItem::UnnamedExpr(e) => (e, None),
             SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value.clone())),
             other => {
-                problems.push(format!("SELECT {other}: name the columns"));
+                problems.at(other, format!("SELECT {other}: name the columns"));
                 continue;
             }
         };
@@ -245,10 +254,10 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
                     });
                     aggregations.push(a);
                 }
-                Err(why) => problems.push(why),
+                Err(why) => problems.at(f, why),
             }
         } else {
-            problems.push(format!(
+            problems.at(expr, format!(
                 "SELECT {expr}: a column is window_start, window_end, window_time, a GROUP BY key or an aggregate"
             ));
         }
@@ -298,7 +307,7 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
         match having_text(h, &mut rewrite) {
             Ok(text) => Some(text),
             Err(why) => {
-                problems.push(format!("HAVING {h}: {why}"));
+                problems.at(h, format!("HAVING {h}: {why}"));
                 None
             }
         }
@@ -319,7 +328,7 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Vec<String>) -> Op
 fn window_function<'t>(
     call: &sqlparser::ast::Function,
     tables: &'t [Table],
-    problems: &mut Vec<String>,
+    problems: &mut Problems,
 ) -> Option<(&'t Table, Window, String)> {
     let kind = call.name.to_string().to_ascii_uppercase();
     let args = arguments(&call.args);
@@ -347,12 +356,15 @@ fn window_function<'t>(
     let source = match arg("DATA", 0) {
         Some(Expr::Identifier(t)) => t.value.clone(),
         _ => {
-            problems.push(format!("{kind}: the first argument is the table, TABLE t"));
+            problems.at(
+                call,
+                format!("{kind}: the first argument is the table, TABLE t"),
+            );
             return None;
         }
     };
     let Some(table) = tables.iter().find(|t| t.name.eq_ignore_ascii_case(&source)) else {
-        problems.push(format!("{kind}: no table {source:?} was created"));
+        problems.at(call, format!("{kind}: no table {source:?} was created"));
         return None;
     };
     let time_column = match arg("TIMECOL", 1 + shift) {
@@ -360,13 +372,16 @@ fn window_function<'t>(
             match arguments(&d.args).as_slice() {
                 [(_, Expr::Identifier(c))] => c.value.clone(),
                 _ => {
-                    problems.push(format!("{kind}: DESCRIPTOR names one time column"));
+                    problems.at(d, format!("{kind}: DESCRIPTOR names one time column"));
                     return None;
                 }
             }
         }
         _ => {
-            problems.push(format!("{kind}: the time column is DESCRIPTOR(column)"));
+            problems.at(
+                call,
+                format!("{kind}: the time column is DESCRIPTOR(column)"),
+            );
             return None;
         }
     };
@@ -375,12 +390,12 @@ fn window_function<'t>(
             Some(e) => match duration(e) {
                 Ok(ms) => Some(ms),
                 Err(why) => {
-                    problems.push(format!("{kind} {name}: {why}"));
+                    problems.at(e, format!("{kind} {name}: {why}"));
                     None
                 }
             },
             None if required => {
-                problems.push(format!("{kind} needs its {name}"));
+                problems.at(call, format!("{kind} needs its {name}"));
                 None
             }
             None => Some(0),

@@ -134,9 +134,9 @@ fn every_problem_is_reported_with_its_line() {
                 GROUP BY window_start, a;";
     let all = compile(text).unwrap_err().to_string();
     for want in [
-        "line 2: GROUP BY must include window_start and window_end",
-        "SELECT b: a column is",
-        "MEDIAN is not an aggregate",
+        "line 4, column 10: GROUP BY must include window_start and window_end",
+        "line 2, column 25: SELECT b: a column is",
+        "line 2, column 43: m: MEDIAN is not an aggregate",
     ] {
         assert!(all.contains(want), "{want} not in\n{all}");
     }
@@ -240,10 +240,10 @@ fn a_view_that_aggregates_or_reads_nothing_known_is_refused() {
     );
     let e = compile(&text).unwrap_err().to_string();
     for w in [
-        "line 9: CREATE VIEW a: GROUP BY in a view is not supported",
-        "line 10: CREATE VIEW b: no table \"nowhere\" was created before it",
-        "line 11: CREATE VIEW c: two columns are named event_type",
-        "line 12: CREATE VIEW d: events has no column nothing",
+        "line 9, column 9: CREATE VIEW a: GROUP BY in a view is not supported",
+        "line 10, column 9: CREATE VIEW b: no table \"nowhere\" was created before it",
+        "line 11, column 9: CREATE VIEW c: two columns are named event_type",
+        "line 12, column 33: CREATE VIEW d: events has no column nothing",
     ] {
         assert!(e.contains(w), "{w} not in\n{e}");
     }

@@ -4,15 +4,63 @@
 
 use sqlparser::dialect::GenericDialect;
 use sqlparser::keywords::Keyword;
-use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Word};
+use sqlparser::tokenizer::{Location, Span, Token, TokenWithSpan, Tokenizer, Word};
 
-/// One statement of a file: its tokens (without the semicolon) and the line it starts on.
+/// One statement of a file: its tokens (without the semicolon) and where it starts.
 #[derive(Debug, Clone)]
 pub struct Statement {
     /// The tokens, whitespace and comments left out.
     pub tokens: Vec<Token>,
+    /// Where each token is in the file.
+    pub spans: Vec<Span>,
     /// The line of its first token (1-based).
     pub line: u64,
+}
+
+impl Statement {
+    /// Where the statement starts.
+    pub fn start(&self) -> Location {
+        self.spans
+            .first()
+            .map_or(Location::new(self.line, 1), |s| s.start)
+    }
+
+    /// Tokens `range` of the statement with their locations.
+    pub fn located(&self, range: std::ops::Range<usize>) -> Vec<TokenWithSpan> {
+        self.tokens[range.clone()]
+            .iter()
+            .zip(&self.spans[range])
+            .map(|(t, s)| TokenWithSpan::new(t.clone(), *s))
+            .collect()
+    }
+}
+
+/// `rewritten` (tokens made from `original`'s by inserting, replacing or dropping a few) with
+/// locations: a token kept from `original` keeps its own, an inserted one takes that of the
+/// original token at the same place, so a problem found in the rewritten query is reported
+/// where the user wrote it.
+pub fn relocate(original: &[TokenWithSpan], rewritten: Vec<Token>) -> Vec<TokenWithSpan> {
+    let mut at = 0;
+    rewritten
+        .into_iter()
+        .map(|t| {
+            let found = original[at.min(original.len())..]
+                .iter()
+                .take(4)
+                .position(|o| o.token == t);
+            let span = match found {
+                Some(i) => {
+                    at += i + 1;
+                    original[at - 1].span
+                }
+                None => original
+                    .get(at)
+                    .or(original.last())
+                    .map_or(Span::empty(), |o| o.span),
+            };
+            TokenWithSpan::new(t, span)
+        })
+        .collect()
 }
 
 impl Statement {
@@ -41,6 +89,7 @@ pub fn statements(text: &str) -> Result<Vec<Statement>, String> {
         .map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     let mut current: Vec<Token> = Vec::new();
+    let mut spans: Vec<Span> = Vec::new();
     let mut line = 0;
     for t in tokens {
         match t.token {
@@ -49,6 +98,7 @@ pub fn statements(text: &str) -> Result<Vec<Statement>, String> {
                 if !current.is_empty() {
                     out.push(Statement {
                         tokens: std::mem::take(&mut current),
+                        spans: std::mem::take(&mut spans),
                         line,
                     });
                 }
@@ -58,12 +108,14 @@ pub fn statements(text: &str) -> Result<Vec<Statement>, String> {
                     line = t.span.start.line;
                 }
                 current.push(tok);
+                spans.push(t.span);
             }
         }
     }
     if !current.is_empty() {
         out.push(Statement {
             tokens: current,
+            spans,
             line,
         });
     }

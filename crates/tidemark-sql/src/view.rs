@@ -5,8 +5,9 @@
 //! source's fields, and its `WHERE` as a filter that every query over it applies first.
 
 use crate::ddl::{Column, ColumnKind, Table};
+use crate::problems::Problems;
 use crate::query::{select_of, substitute};
-use crate::tokens::{is_kw, statements, word};
+use crate::tokens::{is_kw, statements, word, Statement};
 use sqlparser::ast::{Expr, SelectItem, TableFactor};
 use sqlparser::dialect::GenericDialect;
 use sqlparser::keywords::Keyword;
@@ -16,10 +17,11 @@ use sqlparser::tokenizer::Token;
 /// Reads `CREATE [TEMPORARY] VIEW [IF NOT EXISTS] name AS query` over `tables` (the tables and
 /// views created before it); `problems` gets everything it cannot take.
 pub fn create_view(
-    tokens: &[Token],
+    statement: &Statement,
     tables: &[Table],
-    problems: &mut Vec<String>,
+    problems: &mut Problems,
 ) -> Option<Table> {
+    let tokens = statement.tokens.as_slice();
     let mut i = 1; // after CREATE
     if tokens.get(i).is_some_and(|t| is_kw(t, Keyword::TEMPORARY)) {
         i += 1;
@@ -29,7 +31,7 @@ pub fn create_view(
         i += 3; // IF NOT EXISTS
     }
     let Some(name) = tokens.get(i).and_then(word).map(str::to_string) else {
-        problems.push("CREATE VIEW needs a view name".into());
+        problems.push("CREATE VIEW needs a view name");
         return None;
     };
     if !tokens.get(i + 1).is_some_and(|t| is_kw(t, Keyword::AS)) {
@@ -39,7 +41,7 @@ pub fn create_view(
         return None;
     }
     let query = match Parser::new(&GenericDialect {})
-        .with_tokens(tokens[i + 2..].to_vec())
+        .with_tokens_with_locations(statement.located(i + 2..tokens.len()))
         .parse_query()
     {
         Ok(q) => q,
@@ -115,16 +117,19 @@ pub fn create_view(
             }
             SelectItem::UnnamedExpr(Expr::Identifier(id)) => match base.column(&id.value) {
                 Some(c) => kept.push((c.clone(), Some(c.name.clone()))),
-                None => problems.push(format!(
-                    "CREATE VIEW {name}: {} has no column {}",
-                    base.name, id.value
-                )),
+                None => problems.at(
+                    item,
+                    format!(
+                        "CREATE VIEW {name}: {} has no column {}",
+                        base.name, id.value
+                    ),
+                ),
             },
             SelectItem::UnnamedExpr(e @ Expr::CompoundIdentifier(parts)) => {
                 let column = parts.last().map(|p| p.value.clone()).unwrap_or_default();
                 match computed(e, base) {
                     Ok(kind) => kept.push((Column { name: column, kind }, None)),
-                    Err(why) => problems.push(format!("CREATE VIEW {name}: {e}: {why}")),
+                    Err(why) => problems.at(e, format!("CREATE VIEW {name}: {e}: {why}")),
                 }
             }
             SelectItem::ExprWithAlias { expr, alias } => {
