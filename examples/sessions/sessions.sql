@@ -1,6 +1,9 @@
 -- Per-user sessions that end after 30 minutes without an event: examples/sessions/sessions.toml
 -- as SQL.
 SET 'name' = 'user-sessions';
+-- SQL sessions merge when their events lie exactly one gap apart (Flink's rule); the TOML file
+-- keeps Beam's, and so does this twin.
+SET 'window.merge_touching' = 'false';
 
 CREATE TABLE events (
   user_id STRING,

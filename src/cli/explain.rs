@@ -210,7 +210,18 @@ pub fn plan(spec: &PipelineSpec) -> String {
                         String::new()
                     }
                 ),
-                WindowKind::Session { gap } => format!("session, gap {}", dur(gap)),
+                WindowKind::Session {
+                    gap,
+                    merge_touching,
+                } => format!(
+                    "session, gap {}{}",
+                    dur(gap),
+                    if merge_touching {
+                        "; sessions that touch merge (Flink's rule)"
+                    } else {
+                        ""
+                    }
+                ),
                 WindowKind::Global { idle_expiry } => format!(
                     "global{}",
                     idle_expiry.map_or(String::new(), |t| format!(

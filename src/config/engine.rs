@@ -144,9 +144,15 @@ pub(super) fn validate_window(cfg: &RawConfig, c: &mut Checker) -> Option<Window
             }
             Some(WindowKind::Cumulate { size, step, offset })
         }
-        RawWindow::Session { gap } => {
+        RawWindow::Session {
+            gap,
+            merge_touching,
+        } => {
             let gap = c.duration("window.gap", Some(gap), 0, true)?;
-            Some(WindowKind::Session { gap })
+            Some(WindowKind::Session {
+                gap,
+                merge_touching: *merge_touching,
+            })
         }
         RawWindow::Global { idle_expiry } => {
             let idle_expiry = match idle_expiry {

@@ -371,6 +371,10 @@ pub enum RawWindow {
     Session {
         /// Inactivity gap that closes a session.
         gap: String,
+        /// Whether sessions that touch (events exactly one gap apart) merge, as Flink's do
+        /// (default false: Beam's rule, they stay apart).
+        #[serde(default)]
+        merge_touching: bool,
     },
     /// One window per key that never closes.
     Global {
@@ -504,7 +508,19 @@ impl PipelineSpec {
         use std::fmt::Write as _;
         let e = &self.engine;
         let mut text = String::from("tidemark-state-v2\n");
-        let _ = writeln!(text, "window={:?}", e.window);
+        // Written as before the merge rule existed unless it is set, so the fingerprints of
+        // existing session pipelines stay as they were.
+        match e.window {
+            crate::windowing::assigner::WindowKind::Session {
+                gap,
+                merge_touching: false,
+            } => {
+                let _ = writeln!(text, "window=Session {{ gap: {gap} }}");
+            }
+            ref w => {
+                let _ = writeln!(text, "window={w:?}");
+            }
+        }
         let _ = writeln!(text, "allowed_lateness={}", e.allowed_lateness);
         let _ = writeln!(
             text,

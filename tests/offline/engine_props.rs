@@ -256,8 +256,14 @@ proptest! {
         events in prop::collection::vec((0u8..3, 0i64..200, -20i64..20), 0..40),
         gap in 1i64..30,
         seed in any::<u64>(),
+        touching in any::<bool>(),
     ) {
-        let s = spec(&format!("type = \"session\"\ngap = \"{gap}ms\""), "", "", COUNT_SUM);
+        let s = spec(
+            &format!("type = \"session\"\ngap = \"{gap}ms\"\nmerge_touching = {touching}"),
+            "",
+            "",
+            COUNT_SUM,
+        );
         let as_ops = |evs: &[(u8, i64, i64)]| -> Vec<Op> {
             evs.iter().map(|&(key, ts, v)| Op::Event { key, ts, v }).collect()
         };
@@ -268,8 +274,9 @@ proptest! {
             x ^= x << 13; x ^= x >> 7; x ^= x << 17;
             shuffled.swap(i, (x % (i as u64 + 1)) as usize);
         }
-        let (_d1, mut a) = open(&s, Layout::Session { gap }, 1 << 20);
-        let (_d2, mut b) = open(&s, Layout::Session { gap }, 1 << 20);
+        let layout = Layout::Session { gap, merge_touching: touching };
+        let (_d1, mut a) = open(&s, layout, 1 << 20);
+        let (_d2, mut b) = open(&s, layout, 1 << 20);
         let pa = sorted(drive(&mut a, &as_ops(&events)));
         let pb = sorted(drive(&mut b, &as_ops(&shuffled)));
         prop_assert_eq!(&pa, &pb);
@@ -282,7 +289,9 @@ proptest! {
             let mut cur: Option<(i64, i64, u64, f64)> = None;
             for (ts, v) in mine {
                 cur = match cur {
-                    Some((st, end, n, sum)) if ts < end => Some((st, end.max(ts + gap), n + 1, sum + v as f64)),
+                    Some((st, end, n, sum)) if ts < end || (touching && ts == end) => {
+                        Some((st, end.max(ts + gap), n + 1, sum + v as f64))
+                    }
                     other => {
                         if let Some(c) = other { reference.push((key, c)); }
                         Some((ts, ts + gap, 1, v as f64))
@@ -557,7 +566,10 @@ proptest! {
 fn sessions_in_the_older_format_load_and_are_rewritten() {
     use tidemark::windowing::entry::{self as keys, StateKey};
     let s = spec("type = \"session\"\ngap = \"10ms\"", "", "", COUNT_SUM);
-    let layout = Layout::Session { gap: 10 };
+    let layout = Layout::Session {
+        gap: 10,
+        merge_touching: false,
+    };
     let ev = |key: &str, ts: i64| Event {
         key: key.into(),
         ts,
@@ -689,4 +701,27 @@ fn a_partial_behind_the_watermark_fires_one_late_pane_or_is_late_whole() {
     assert!(engine.take_panes().is_empty());
     assert_eq!(engine.stats().late, 2);
     assert_eq!(engine.stats().events, 6);
+}
+
+#[test]
+fn sessions_that_touch_merge_in_either_order_when_asked() {
+    for touching in [false, true] {
+        let s = spec(
+            &format!("type = \"session\"\ngap = \"26ms\"\nmerge_touching = {touching}"),
+            "",
+            "",
+            COUNT_SUM,
+        );
+        let layout = Layout::Session {
+            gap: 26,
+            merge_touching: touching,
+        };
+        let ev = |ts| Op::Event { key: 2, ts, v: 0 };
+        let (_d1, mut a) = open(&s, layout, 1 << 20);
+        let (_d2, mut b) = open(&s, layout, 1 << 20);
+        let pa = sorted(drive(&mut a, &[ev(143), ev(169)]));
+        let pb = sorted(drive(&mut b, &[ev(169), ev(143)]));
+        assert_eq!(pa, pb, "touching = {touching}");
+        assert_eq!(pa.len(), if touching { 1 } else { 2 }, "{pa:?}");
+    }
 }

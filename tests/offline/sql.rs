@@ -95,65 +95,17 @@ fn every_sql_example_gives_flinks_rows() {
 }
 
 /// Nexmark-shaped events (`scripts/nexmark-sample.py`, disorder inside the watermark delay) and
-/// queries over Nexmark's views: the rows equal Flink's, but for one documented difference.
-/// Flink merges two sessions of a key whose events lie exactly one gap apart (its windows
-/// intersect when one ends where the other starts); tidemark, as Beam, keeps them apart. For
-/// q11 tidemark's sessions that touch are merged here first, and must then equal Flink's.
+/// queries over Nexmark's views give Flink's rows, q11's sessions included: SQL sessions whose
+/// events lie exactly one gap apart merge, as Flink's do (17 such pairs in these events).
 #[test]
 fn nexmark_queries_give_flinks_rows() {
     let checked = compare_with_flink(
         "examples/sql/nexmark",
         "examples/sql/nexmark/events.jsonl",
         "tests/golden/sql/nexmark",
-        |name, rows| {
-            if name == "q11_user_sessions" {
-                merge_touching_sessions(rows)
-            } else {
-                rows
-            }
-        },
+        |_, rows| rows,
     );
     assert_eq!(checked, 6, "every Nexmark query has its Flink rows");
-}
-
-/// q11's rows with the sessions of one bidder that touch (one ends where the next starts)
-/// merged into one, their counts added.
-fn merge_touching_sessions(rows: Vec<String>) -> Vec<String> {
-    let mut by_bidder: BTreeMap<String, Vec<BTreeMap<String, Value>>> = BTreeMap::new();
-    for r in rows {
-        let v: BTreeMap<String, Value> = serde_json::from_str(&r).unwrap();
-        by_bidder
-            .entry(v["bidder"].to_string())
-            .or_default()
-            .push(v);
-    }
-    let mut out = Vec::new();
-    let mut merged = 0;
-    for (_, mut sessions) in by_bidder {
-        sessions.sort_by_key(|s| s["window_start"].as_str().unwrap().to_string());
-        let mut current: Option<BTreeMap<String, Value>> = None;
-        for s in sessions {
-            match current.as_mut() {
-                Some(c) if c["window_end"] == s["window_start"] => {
-                    let n = c["bid_count"].as_f64().unwrap() + s["bid_count"].as_f64().unwrap();
-                    c.insert("bid_count".into(), Value::from(n));
-                    c.insert("window_end".into(), s["window_end"].clone());
-                    merged += 1;
-                }
-                _ => {
-                    out.extend(current.replace(s));
-                }
-            }
-        }
-        out.extend(current);
-    }
-    assert!(merged > 0, "the events hold sessions one gap apart");
-    let mut out: Vec<String> = out
-        .into_iter()
-        .map(|v| serde_json::to_string(&v).unwrap())
-        .collect();
-    out.sort();
-    out
 }
 
 #[test]

@@ -366,6 +366,8 @@ fn document(
         Window::Session { gap, .. } => {
             window.insert("type".into(), s("session"));
             window.insert("gap".into(), ms(*gap));
+            // Flink's rule: sessions whose events lie exactly one gap apart are one session.
+            window.insert("merge_touching".into(), V::Boolean(true));
         }
         Window::Global => {
             window.insert("type".into(), s("global"));

@@ -87,6 +87,10 @@ pub enum WindowKind {
     Session {
         /// Inactivity gap.
         gap: i64,
+        /// Whether two sessions that touch (one ends where the next begins: events exactly one
+        /// gap apart) merge, as Flink's do; Beam's (the default) stay apart, since half-open
+        /// windows that touch do not overlap.
+        merge_touching: bool,
     },
     /// One window per key, `[-inf, +inf)`, that the watermark never closes; it fires by count or
     /// processing time only.
@@ -141,7 +145,7 @@ impl WindowKind {
                         cumulative: true,
                     }
                 }
-                WindowKind::Session { gap } => WindowIter {
+                WindowKind::Session { gap, .. } => WindowIter {
                     next_start: ts,
                     min_start_exclusive: ts - 1,
                     size: gap,
@@ -332,7 +336,10 @@ mod tests {
 
     #[test]
     fn session_proto_window() {
-        let k = WindowKind::Session { gap: 30 };
+        let k = WindowKind::Session {
+            gap: 30,
+            merge_touching: false,
+        };
         assert_eq!(
             k.assign(100).collect::<Vec<_>>(),
             vec![Window::new(100, 130)]

@@ -414,7 +414,10 @@ impl Engine {
         let admission = match self.rules.layout {
             Layout::PerWindow => self.process_per_window(&ev.key, ev.ts, one)?,
             Layout::Sliced(g) => self.process_sliced(&ev.key, ev.ts, one, g)?,
-            Layout::Session { gap } => self.process_session(ev, gap)?,
+            Layout::Session {
+                gap,
+                merge_touching,
+            } => self.process_session(ev, gap, merge_touching)?,
         };
         if let Admission::Late { .. } = admission {
             self.out.stats.late += 1;
@@ -527,7 +530,12 @@ impl Engine {
         })
     }
 
-    fn process_session(&mut self, ev: &Event, gap: i64) -> Result<Admission, EngineError> {
+    fn process_session(
+        &mut self,
+        ev: &Event,
+        gap: i64,
+        merge_touching: bool,
+    ) -> Result<Admission, EngineError> {
         let aggs = self.aggs.clone();
         let (wm, now, l) = (self.wm, self.now, self.rules.lateness);
         let trigger = self.trigger;
@@ -537,12 +545,15 @@ impl Engine {
             return Ok(self.late());
         }
         let ks = self.state.key_mut(&ev.key, &rules)?;
-        // Sessions of a key never overlap, so sorted by start their ends are sorted too.
+        // Sessions of a key never overlap, so sorted by start their ends are sorted too. With
+        // `merge_touching`, a session that ends where the new one starts, or starts where it
+        // ends, merges too.
+        let touch = i64::from(merge_touching);
         let overlapping: Vec<Window> = ks
             .windows
-            .before(Window::new(proto.end, i64::MIN))
+            .before(Window::new(proto.end.saturating_add(touch), i64::MIN))
             .rev()
-            .take_while(|(w, _)| w.end > proto.start)
+            .take_while(|(w, _)| w.end.saturating_add(touch) > proto.start)
             .map(|(w, _)| *w)
             .collect();
         let merged = overlapping.iter().fold(proto, |m, w| m.span(w));

@@ -241,7 +241,11 @@ mod tests {
 
     #[test]
     fn sessions_and_counting_triggers_take_no_partials() {
-        assert!(Folder::new(&spec(WindowKind::Session { gap: 5 })).is_none());
+        assert!(Folder::new(&spec(WindowKind::Session {
+            gap: 5,
+            merge_touching: false
+        }))
+        .is_none());
         let mut counted = spec(WindowKind::Global { idle_expiry: None });
         counted.trigger.early_count = Some(3);
         assert!(Folder::new(&counted).is_none());

@@ -22,6 +22,8 @@ pub enum Layout {
     Session {
         /// Inactivity gap.
         gap: i64,
+        /// Whether sessions that touch merge (see [`WindowKind::Session`]).
+        merge_touching: bool,
     },
 }
 
@@ -38,7 +40,13 @@ impl Layout {
                 Layout::Sliced(SliceGrid::new(size, slide, offset))
             }
             WindowKind::Sliding { .. } => Layout::PerWindow,
-            WindowKind::Session { gap } => Layout::Session { gap },
+            WindowKind::Session {
+                gap,
+                merge_touching,
+            } => Layout::Session {
+                gap,
+                merge_touching,
+            },
             WindowKind::Global { .. } => Layout::PerWindow,
         }
     }
