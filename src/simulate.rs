@@ -445,7 +445,8 @@ impl Out<'_> {
                 // is no row of its own.
                 Some(_) if p.timing == crate::windowing::trigger::Timing::Retract => {}
                 Some(columns) => {
-                    let row = crate::format::row::sql_row(&line, columns, self.shape);
+                    let row =
+                        crate::format::row::sql_row(&p, self.aggregations, columns, self.shape);
                     writeln!(self.panes, "{row}")?
                 }
             }

@@ -143,7 +143,7 @@ pub fn to_json(pane: &Pane, epoch: u64, aggregations: &[AggSpec], shape: KeyShap
 }
 
 /// Writes one aggregate's value as JSON.
-fn write_output(out: &mut String, value: &Output) {
+pub fn write_output(out: &mut String, value: &Output) {
     match value {
         Output::Value(v) => write_datum(out, v),
         Output::Top(items) => {

@@ -1,32 +1,78 @@
 //! A pane as the row of a SQL query: the query's columns, in its `SELECT` order, with the window
 //! bounds written as Flink writes a `TIMESTAMP(3)` (`2026-12-07 14:01:00.000`, UTC).
 
-use super::pane::KeyShape;
+use super::pane::{write_output, KeyShape};
+use crate::windowing::aggregate::AggSpec;
+use crate::windowing::engine::Pane;
 use serde_json::Value;
 use tidemark_sql::OutColumn;
 
 /// Epoch milliseconds as `YYYY-MM-DD HH:MM:SS.sss` in UTC.
 pub fn timestamp(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
-        .unwrap_or_else(|| ms.to_string())
+    use chrono::{Datelike, Timelike};
+    match chrono::DateTime::from_timestamp_millis(ms) {
+        // Written field by field: a format string is parsed on every call, and a query writes
+        // two or three of these per row.
+        Some(t) if (0..=9999).contains(&t.year()) => format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}",
+            t.year(),
+            t.month(),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.timestamp_subsec_millis()
+        ),
+        Some(t) => t.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+        None => ms.to_string(),
+    }
 }
 
-/// The row of pane `line` (its JSON) for `columns`, a key of `shape`; one line of JSON.
-pub fn sql_row(line: &str, columns: &[OutColumn], shape: KeyShape) -> String {
-    let pane: Value = serde_json::from_str(line).unwrap_or(Value::Null);
-    let ms = |field: &str| pane[field].as_i64().unwrap_or_default();
-    let mut out = String::from("{");
+/// The row of `pane` (whose values are those of `aggregations`) for `columns`, a key of
+/// `shape`; one line of JSON. It is written from the pane itself, not from the pane's JSON.
+pub fn sql_row(
+    pane: &Pane,
+    aggregations: &[AggSpec],
+    columns: &[OutColumn],
+    shape: KeyShape,
+) -> String {
+    let mut out = String::with_capacity(128);
+    out.push('{');
+    // The parts of a key of several parts, read once from the JSON array they travel as.
+    let parts: Option<Vec<Value>> = match shape {
+        KeyShape::Many => serde_json::from_str(&pane.key).ok(),
+        _ => None,
+    };
+    let value_of = |name: &str| {
+        aggregations
+            .iter()
+            .position(|a| a.name == name)
+            .and_then(|i| pane.values.get(i))
+    };
     for (i, c) in columns.iter().enumerate() {
-        let (name, value) = match c {
-            OutColumn::WindowStart(n) => (n, Value::from(timestamp(ms("window_start")))),
-            OutColumn::WindowEnd(n) => (n, Value::from(timestamp(ms("window_end")))),
-            OutColumn::WindowTime(n) => (n, Value::from(timestamp(ms("window_end") - 1))),
-            OutColumn::Key { name, part, number } => {
-                let v = match shape {
-                    KeyShape::None => Value::Null,
-                    KeyShape::One => pane["key"].clone(),
-                    KeyShape::Many => pane["key"][*part].clone(),
+        if i > 0 {
+            out.push(',');
+        }
+        let name = match c {
+            OutColumn::WindowStart(n)
+            | OutColumn::WindowEnd(n)
+            | OutColumn::WindowTime(n)
+            | OutColumn::Key { name: n, .. }
+            | OutColumn::Aggregate(n)
+            | OutColumn::IntegerMean(n) => n,
+        };
+        out.push_str(&Value::from(name.as_str()).to_string());
+        out.push(':');
+        match c {
+            OutColumn::WindowStart(_) => push_json(&mut out, timestamp(pane.window.start)),
+            OutColumn::WindowEnd(_) => push_json(&mut out, timestamp(pane.window.end)),
+            OutColumn::WindowTime(_) => push_json(&mut out, timestamp(pane.window.end - 1)),
+            OutColumn::Key { part, number, .. } => {
+                let v = match (shape, &parts) {
+                    (KeyShape::None, _) => Value::Null,
+                    (KeyShape::One, _) => Value::from(pane.key.as_str()),
+                    (KeyShape::Many, Some(p)) => p.get(*part).cloned().unwrap_or(Value::Null),
+                    (KeyShape::Many, None) => Value::Null,
                 };
                 // A one-part key travels as text; a numeric one is written back as its number.
                 let v = match (&v, number) {
@@ -35,33 +81,61 @@ pub fn sql_row(line: &str, columns: &[OutColumn], shape: KeyShape) -> String {
                     }
                     _ => v,
                 };
-                (name, v)
+                out.push_str(&v.to_string());
             }
-            OutColumn::Aggregate(n) => (n, pane[n.as_str()].clone()),
-            OutColumn::IntegerMean(n) => {
-                let v = &pane[n.as_str()];
-                let truncated = v.as_f64().map(|m| m.trunc() as i64);
-                (n, truncated.map_or_else(|| v.clone(), Value::from))
-            }
-        };
-        if i > 0 {
-            out.push(',');
+            OutColumn::Aggregate(n) => match value_of(n) {
+                Some(v) => write_output(&mut out, v),
+                None => out.push_str("null"),
+            },
+            OutColumn::IntegerMean(n) => match value_of(n).and_then(|v| v.as_f64()) {
+                Some(m) => out.push_str(&(m.trunc() as i64).to_string()),
+                None => out.push_str("null"),
+            },
         }
-        out.push_str(&Value::from(name.as_str()).to_string());
-        out.push(':');
-        out.push_str(&value.to_string());
     }
     out.push('}');
     out
 }
 
+/// Appends `text`, which needs no escaping (a timestamp), as a JSON string.
+fn push_json(out: &mut String, text: String) {
+    out.push('"');
+    out.push_str(&text);
+    out.push('"');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::windowing::aggregate::Output;
+    use crate::windowing::assigner::Window;
+    use crate::windowing::engine::dedup_id;
+    use crate::windowing::trigger::Timing;
+    use tidemark_core::expr::Datum;
+
+    fn pane(key: &str, values: Vec<Output>) -> Pane {
+        let window = Window::new(60_000, 120_000);
+        Pane {
+            key: key.into(),
+            window,
+            timing: Timing::OnTime,
+            pane_index: 0,
+            dedup_id: dedup_id("p", key, window),
+            count: 2,
+            values: values.into_iter().collect(),
+        }
+    }
 
     #[test]
     fn a_pane_becomes_the_row_of_its_query() {
-        let pane = r#"{"key":["u1",3],"window_start":60000,"window_end":120000,"count":2,"n":2,"timing":"ON_TIME"}"#;
+        let aggs = [
+            AggSpec::new("n", "count", None),
+            AggSpec::new("avg", "mean", Some(0)),
+        ];
+        let values = vec![
+            Output::Value(Datum::Int(2)),
+            Output::Value(Datum::Float(-7.5)),
+        ];
         let columns = [
             OutColumn::WindowStart("ws".into()),
             OutColumn::Key {
@@ -70,11 +144,34 @@ mod tests {
                 number: true,
             },
             OutColumn::Aggregate("n".into()),
+            OutColumn::IntegerMean("avg".into()),
             OutColumn::WindowTime("wt".into()),
         ];
         assert_eq!(
-            sql_row(pane, &columns, KeyShape::Many),
-            r#"{"ws":"1970-01-01 00:01:00.000","bucket":3,"n":2,"wt":"1970-01-01 00:01:59.999"}"#
+            sql_row(
+                &pane(r#"["u1",3]"#, values.clone()),
+                &aggs,
+                &columns,
+                KeyShape::Many
+            ),
+            r#"{"ws":"1970-01-01 00:01:00.000","bucket":3,"n":2,"avg":-7,"wt":"1970-01-01 00:01:59.999"}"#
+        );
+        // A key of one part travels as text; a numeric one is written as its number.
+        let columns = [
+            OutColumn::Key {
+                name: "auction".into(),
+                part: 0,
+                number: true,
+            },
+            OutColumn::Key {
+                name: "same".into(),
+                part: 0,
+                number: false,
+            },
+        ];
+        assert_eq!(
+            sql_row(&pane("1007", values), &aggs, &columns, KeyShape::One),
+            r#"{"auction":1007,"same":"1007"}"#
         );
     }
 }
