@@ -1,10 +1,9 @@
 //! `tidemark sink NAME`: a sink beside the pipeline, carrying its committed output into another
 //! system exactly once (`tidemark sink postgres`; `tidemark sink-postgres` is the same).
 
-use super::{load_config, stop_on_signal};
+use super::stop_on_signal;
 use anyhow::Context;
 use clap::Args;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Carry the pipeline's committed panes (and dead letters) into another system, exactly once.
@@ -21,9 +20,10 @@ pub struct Sink {
 /// What every sink takes.
 #[derive(Debug, Args)]
 pub struct SinkArgs {
-    /// The pipeline file (TOML) with [kafka] and the sink's [sink.NAME] sections.
-    #[arg(long)]
-    config: PathBuf,
+    /// The pipeline: a TOML file with [kafka] and the sink's [sink.NAME] sections, or a SQL
+    /// file whose INSERT writes into the sink's table.
+    #[command(flatten)]
+    pipeline: super::PipelineArgs,
     /// Serve /metrics, /healthz and /readyz here (host:port).
     #[arg(long)]
     metrics_address: Option<std::net::SocketAddr>,
@@ -55,7 +55,7 @@ impl SinkArgs {
                 names.join(", ")
             );
         };
-        let spec = load_config(&self.config)?;
+        let spec = self.pipeline.load_logged()?.spec;
         if let Some(addr) = self.metrics_address {
             let health = Arc::new(crate::metrics::Health::default());
             health.set_ready(true);

@@ -21,6 +21,17 @@ fn root() -> std::path::PathBuf {
 /// `tidemark run --sql` on the example, against `broker`, with state under `state`; `direct`
 /// declares the input keyed by the grouping key (no repartition hop).
 fn member(broker: &str, state: &Path, log: &Path, direct: bool) -> Child {
+    member_of(
+        "examples/sql/clicks_per_minute.sql",
+        broker,
+        state,
+        log,
+        direct,
+    )
+}
+
+/// `tidemark run --sql` on the example file `sql` (a path under the project).
+fn member_of(sql: &str, broker: &str, state: &Path, log: &Path, direct: bool) -> Child {
     let log = std::fs::File::create(log).unwrap();
     common::adopt(
         Command::new(common::tidemark_bin())
@@ -29,7 +40,7 @@ fn member(broker: &str, state: &Path, log: &Path, direct: bool) -> Child {
                 "TIDEMARK__KAFKA__REPARTITION",
                 if direct { "false" } else { "true" },
             )
-            .arg(root().join("examples/sql/clicks_per_minute.sql"))
+            .arg(root().join(sql))
             .env("TIDEMARK__KAFKA__BOOTSTRAP_SERVERS", broker)
             .env("TIDEMARK__KAFKA__STATE_DIR", state)
             .env("TIDEMARK__KAFKA__INSTANCE_ID", "m1")
@@ -106,35 +117,7 @@ fn a_sql_pipeline_on_keyed_input_runs_exactly_once_and_gives_flinks_rows() {
 /// Runs the example over its events (keyed by user when `direct`), killed once, and judges it.
 fn sql_run(direct: bool) {
     let broker = common::Broker::start();
-    broker.create_topic("clicks", 1);
-    let events = std::fs::read_to_string(root().join("examples/sql/clicks.jsonl")).unwrap();
-    let producer: BaseProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &broker.addr)
-        .create()
-        .unwrap();
-    let mut last_ts = 0;
-    for line in events.lines() {
-        let v: Value = serde_json::from_str(line).unwrap();
-        last_ts = last_ts.max(v["ts"].as_i64().unwrap());
-        let user = v["user_id"].as_str().unwrap().as_bytes();
-        let mut record = BaseRecord::<[u8], str>::to("clicks")
-            .partition(0)
-            .payload(line);
-        if direct {
-            record = record.key(user);
-        }
-        producer.send(record).map_err(|(e, _)| e).unwrap();
-    }
-    producer.flush(Duration::from_secs(10)).unwrap();
-
-    // The windows the last watermark (the latest event time less 5 s) passes.
-    let watermark = last_ts - 5_000;
-    let want: BTreeMap<_, _> = flink_rows()
-        .into_iter()
-        .filter(|((_, start), _)| start + 60_000 <= watermark)
-        .collect();
-    assert!(want.len() > 20, "{} windows to judge", want.len());
-
+    let want = produce_clicks(&broker, direct);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("m1.log");
     let mut m = member(&broker.addr, &dir.path().join("state"), &log, direct);
@@ -194,4 +177,115 @@ fn sql_run(direct: bool) {
         ));
     }
     assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// Writes the example's events to a new one-partition topic `clicks` (keyed by user when
+/// `direct`); Flink's rows for the windows the last watermark (the latest event time less 5 s)
+/// passes, by (user, window start).
+fn produce_clicks(
+    broker: &common::Broker,
+    direct: bool,
+) -> BTreeMap<(String, i64), (f64, f64, f64)> {
+    broker.create_topic("clicks", 1);
+    let events = std::fs::read_to_string(root().join("examples/sql/clicks.jsonl")).unwrap();
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &broker.addr)
+        .create()
+        .unwrap();
+    let mut last_ts = 0;
+    for line in events.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        last_ts = last_ts.max(v["ts"].as_i64().unwrap());
+        let user = v["user_id"].as_str().unwrap().as_bytes();
+        let mut record = BaseRecord::<[u8], str>::to("clicks")
+            .partition(0)
+            .payload(line);
+        if direct {
+            record = record.key(user);
+        }
+        producer.send(record).map_err(|(e, _)| e).unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let watermark = last_ts - 5_000;
+    let want: BTreeMap<_, _> = flink_rows()
+        .into_iter()
+        .filter(|((_, start), _)| start + 60_000 <= watermark)
+        .collect();
+    assert!(want.len() > 20, "{} windows to judge", want.len());
+    want
+}
+
+/// The PostgreSQL table's rows by (user, window start): (clicks, revenue, max price).
+fn pg_rows(pg: &common::Postgres) -> BTreeMap<(String, i64), (f64, f64, f64)> {
+    let Ok(rows) = pg.client().query(
+        "SELECT key, (extract(epoch from window_start) * 1000)::bigint, clicks::float8, \
+         revenue, max_price FROM clicks_per_minute",
+        &[],
+    ) else {
+        return BTreeMap::new(); // not created yet
+    };
+    rows.iter()
+        .map(|r| {
+            (
+                (r.get::<_, String>(0), r.get::<_, i64>(1)),
+                (r.get(2), r.get(3), r.get(4)),
+            )
+        })
+        .collect()
+}
+
+/// `examples/sql/sinks/clicks_to_postgres.sql`: one SQL file for `run --sql` and `sink postgres
+/// --sql`, its table a Flink JDBC table; the PostgreSQL table ends with Flink's rows.
+#[test]
+fn a_sql_file_with_a_postgresql_table_fills_it_with_flinks_rows() {
+    let broker = common::Broker::start();
+    let want = produce_clicks(&broker, true);
+    let pg = common::Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let sql = "examples/sql/sinks/clicks_to_postgres.sql";
+    let log = dir.path().join("m1.log");
+    let m = member_of(sql, &broker.addr, &dir.path().join("state"), &log, true);
+    let sink_log = dir.path().join("sink.log");
+    let sink = common::adopt(
+        Command::new(common::tidemark_bin())
+            .args(["sink", "postgres", "--sql"])
+            .arg(root().join(sql))
+            .env("TIDEMARK__KAFKA__BOOTSTRAP_SERVERS", &broker.addr)
+            .env("TIDEMARK__SINK__POSTGRES__URL", pg.url())
+            .env("TIDEMARK__SINK__POSTGRES__COMMIT_INTERVAL", "200ms")
+            .env("TIDEMARK__KAFKA__PROPERTIES__SESSION.TIMEOUT.MS", "'6000'")
+            .env("TIDEMARK_LOG", "info")
+            .stderr(std::fs::File::create(&sink_log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let got = loop {
+        let got = pg_rows(&pg);
+        if want.keys().all(|k| got.contains_key(k)) {
+            break got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every window in the table within 120 s: {} of {}\nmember:\n{}\nsink:\n{}",
+            got.len(),
+            want.len(),
+            std::fs::read_to_string(&log).unwrap_or_default(),
+            std::fs::read_to_string(&sink_log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert!(common::stop_member(m).success());
+    assert!(common::stop_member(sink).success());
+    let wrong: Vec<String> = want
+        .iter()
+        .filter(|(k, row)| got.get(*k) != Some(row))
+        .map(|(k, row)| format!("{k:?}: Flink {row:?}, table {:?}", got.get(k)))
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).collect();
+    assert!(
+        extra.is_empty(),
+        "rows Flink's final rows do not have: {extra:?}"
+    );
 }

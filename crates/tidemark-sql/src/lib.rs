@@ -415,7 +415,82 @@ fn document(
     }
 
     // [kafka], when the source names a broker and an INSERT a sink: its topic is the output.
-    if let Some(sink) = sink {
+    if let Some(sink) = sink.filter(|t| t.option("connector") == Some("jdbc")) {
+        // The PostgreSQL sink: panes travel through a Kafka topic, exactly once, and `tidemark
+        // sink postgres` carries them into the table.
+        let mut pg = toml::Table::new();
+        let (mut user, mut password) = (None, None);
+        for (k, v) in &sink.options {
+            match k.as_str() {
+                "connector" => {}
+                "url" => match postgres_url(v) {
+                    Ok(url) => {
+                        pg.insert("url".into(), s(&url));
+                    }
+                    Err(why) => problems.push(format!("{}: url: {why}", sink.name)),
+                },
+                "username" => user = Some(v.clone()),
+                "password" => password = Some(v.clone()),
+                "table-name" => {
+                    pg.insert("table".into(), s(v));
+                }
+                "dead-letter-table" => {
+                    pg.insert("dead_letter_table".into(), s(v));
+                }
+                "sink.buffer-flush.interval" => match interval_text(v) {
+                    Ok(n) => {
+                        pg.insert("commit_interval".into(), ms(n));
+                    }
+                    Err(why) => problems.push(format!("{}: {k}: {why}", sink.name)),
+                },
+                "sink.buffer-flush.max-rows" => match v.parse::<i64>() {
+                    Ok(n) => {
+                        pg.insert("max_batch_records".into(), V::Integer(n));
+                    }
+                    Err(_) => problems.push(format!("{}: {k}: {v:?} is not a number", sink.name)),
+                },
+                "topic" => {
+                    kafka.insert("output_topic".into(), s(v));
+                }
+                "dead-letter-topic" => {
+                    kafka.insert("dead_letter_topic".into(), s(v));
+                }
+                other => problems.push(format!(
+                    "{}: unknown option {other:?} of a PostgreSQL table (connector = 'jdbc', url, table-name, username, password, dead-letter-table, sink.buffer-flush.interval, sink.buffer-flush.max-rows, and tidemark's topic, the Kafka topic the panes travel through, and dead-letter-topic)",
+                    sink.name
+                )),
+            }
+        }
+        if let Some(V::String(url)) = pg.get_mut("url") {
+            for (name, value) in [("user", user), ("password", password)] {
+                if let Some(v) = value {
+                    url.push_str(&format!(" {name}={}", libpq_value(&v)));
+                }
+            }
+        }
+        for (key, what) in [("url", "url"), ("table", "table-name")] {
+            if !pg.contains_key(key) {
+                problems.push(format!(
+                    "{}: a PostgreSQL table needs its '{what}'",
+                    sink.name
+                ));
+            }
+        }
+        if !kafka.contains_key("output_topic") {
+            problems.push(format!(
+                "{}: a PostgreSQL table needs 'topic', the Kafka topic its rows travel through exactly once",
+                sink.name
+            ));
+        }
+        let mut sinks = toml::Table::new();
+        sinks.insert("postgres".into(), V::Table(pg));
+        doc.insert("sink".into(), V::Table(sinks));
+        if let Some(V::String(out)) = kafka.get("output_topic").cloned() {
+            kafka
+                .entry("dead_letter_topic")
+                .or_insert_with(|| s(&format!("{out}-dead-letters")));
+        }
+    } else if let Some(sink) = sink {
         for (k, v) in &sink.options {
             match k.as_str() {
                 "connector" if v == "kafka" => {}
@@ -427,7 +502,7 @@ fn document(
                     kafka.insert("dead_letter_topic".into(), s(v));
                 }
                 other => problems.push(format!(
-                    "{}: unknown sink option {other:?} (connector = 'kafka', topic, format = 'json', dead-letter-topic)",
+                    "{}: unknown sink option {other:?} (connector = 'kafka', topic, format = 'json', dead-letter-topic; or connector = 'jdbc' for PostgreSQL)",
                     sink.name
                 )),
             }
@@ -518,6 +593,34 @@ fn watermark_delay(column: &str, expr: &[Token]) -> Result<i64, String> {
             "{text}: a watermark is the column less an interval, {column} - INTERVAL '5' SECOND"
         )),
     }
+}
+
+/// A PostgreSQL connection string from a JDBC URL (`jdbc:postgresql://host:port/db?k=v&...`,
+/// as Flink's JDBC connector takes it) or a libpq string or URL, which pass as they are.
+fn postgres_url(v: &str) -> Result<String, String> {
+    let Some(rest) = v.strip_prefix("jdbc:") else {
+        return Ok(v.to_string());
+    };
+    let Some(rest) = rest.strip_prefix("postgresql://") else {
+        return Err(format!("{v:?}: tidemark's JDBC sink writes to PostgreSQL, jdbc:postgresql://host:port/database"));
+    };
+    let (authority, rest) = rest.split_once('/').unwrap_or((rest, ""));
+    let (db, params) = rest.split_once('?').unwrap_or((rest, ""));
+    let (host, port) = authority.rsplit_once(':').unwrap_or((authority, "5432"));
+    let mut out = format!("host={} port={}", libpq_value(host), libpq_value(port));
+    if !db.is_empty() {
+        out.push_str(&format!(" dbname={}", libpq_value(db)));
+    }
+    for kv in params.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        out.push_str(&format!(" {k}={}", libpq_value(v)));
+    }
+    Ok(out)
+}
+
+/// `v` as a libpq connection-string value: quoted, with quotes and backslashes escaped.
+fn libpq_value(v: &str) -> String {
+    format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
 /// A Flink duration option (`'30 s'`, `'1 min'`, `'500 ms'`, `'10s'`) in milliseconds.

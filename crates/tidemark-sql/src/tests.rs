@@ -276,3 +276,48 @@ fn having_names_the_selects_aggregates_and_adds_the_others() {
         "{e}"
     );
 }
+
+#[test]
+fn a_jdbc_table_is_the_postgresql_sink_behind_a_kafka_topic() {
+    let text = format!(
+        "{CLICKS}
+        CREATE TABLE pg WITH ('connector' = 'jdbc',
+          'url' = 'jdbc:postgresql://db.example:6543/results?sslmode=require',
+          'username' = 'o''brien', 'table-name' = 'per_minute', 'topic' = 'per-minute',
+          'sink.buffer-flush.interval' = '2 s', 'sink.buffer-flush.max-rows' = '500');
+        INSERT INTO pg SELECT window_start, user_id, COUNT(*) AS n
+        FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE))
+        GROUP BY window_start, window_end, user_id;"
+    );
+    let pipeline = compile(&text).unwrap_or_else(|e| panic!("{e}")).pipeline;
+    let doc = toml::to_string(&pipeline).unwrap();
+    for want in [
+        "output_topic = \"per-minute\"",
+        "[sink.postgres]",
+        "table = \"per_minute\"",
+        "commit_interval = \"2000ms\"",
+        "max_batch_records = 500",
+    ] {
+        assert!(doc.contains(want), "{want} not in\n{doc}");
+    }
+    // The JDBC URL as a libpq string, each value quoted.
+    assert_eq!(
+        pipeline["sink"]["postgres"]["url"].as_str(),
+        Some(r"host='db.example' port='6543' dbname='results' sslmode='require' user='o\'brien'")
+    );
+    let text = format!(
+        "{CLICKS}
+        CREATE TABLE pg WITH ('connector' = 'jdbc', 'url' = 'jdbc:mysql://h/d');
+        INSERT INTO pg SELECT window_start, user_id, COUNT(*) AS n
+        FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE))
+        GROUP BY window_start, window_end, user_id;"
+    );
+    let e = compile(&text).unwrap_err().to_string();
+    for want in [
+        "writes to PostgreSQL",
+        "needs its 'table-name'",
+        "needs 'topic'",
+    ] {
+        assert!(e.contains(want), "{want} not in\n{e}");
+    }
+}
