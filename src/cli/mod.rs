@@ -25,12 +25,10 @@ pub mod sink;
 pub mod tail;
 pub mod validate;
 
-use crate::config;
 use crate::coordinator::Stop;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 pub use pipeline::PipelineArgs;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,11 +103,6 @@ pub fn init_logging(format: LogFormat) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
-}
-
-/// The pipeline of TOML file `path`, validated, its warnings logged.
-fn load_config(path: &Path) -> anyhow::Result<config::PipelineSpec> {
-    Ok(PipelineArgs::toml(path).load_logged()?.spec)
 }
 
 /// How long a command told to stop may take to finish its work (a member commits its open

@@ -16,14 +16,6 @@ pub struct PipelineArgs {
 }
 
 impl PipelineArgs {
-    /// The TOML file `path`.
-    pub fn toml(path: &Path) -> PipelineArgs {
-        PipelineArgs {
-            config: Some(path.to_path_buf()),
-            sql: None,
-        }
-    }
-
     /// The file named.
     pub fn path(&self) -> &Path {
         self.config

@@ -1,18 +1,16 @@
 //! `tidemark replay`: moves a stopped pipeline back to earlier input offsets.
 
-use super::load_config;
 use crate::replay::Target;
 use clap::Args;
-use std::path::PathBuf;
 
 /// Move a stopped pipeline back to earlier input offsets: its state restarts empty there, and its
 /// output is recomputed in a new epoch that supersedes the old one at idempotent sinks.
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("to").required(true).args(["to_earliest", "to_datetime", "to_offsets", "by_duration"])))]
 pub struct Replay {
-    /// The pipeline file (TOML) with a [kafka] section.
-    #[arg(long)]
-    config: PathBuf,
+    /// The pipeline, with its Kafka settings.
+    #[command(flatten)]
+    pipeline: super::PipelineArgs,
     /// Every partition from its first offset.
     #[arg(long)]
     to_earliest: bool,
@@ -59,7 +57,7 @@ impl Replay {
     /// Prints the plan and commits it (exit status 0), or says why not: 2 for a refusal (members
     /// running, a bad target), 1 for a failure.
     pub fn execute(self) -> anyhow::Result<i32> {
-        let spec = load_config(&self.config)?;
+        let spec = self.pipeline.load_logged()?.spec;
         let target = match self.target() {
             Ok(t) => t,
             Err(e) => {

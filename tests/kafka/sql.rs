@@ -215,12 +215,13 @@ fn produce_clicks(
     want
 }
 
-/// The PostgreSQL table's rows by (user, window start): (clicks, revenue, max price).
-fn pg_rows(pg: &common::Postgres) -> BTreeMap<(String, i64), (f64, f64, f64)> {
+/// The PostgreSQL table's rows of replay epoch `epoch` by (user, window start): (clicks,
+/// revenue, max price).
+fn pg_rows(pg: &common::Postgres, epoch: i64) -> BTreeMap<(String, i64), (f64, f64, f64)> {
     let Ok(rows) = pg.client().query(
         "SELECT key, (extract(epoch from window_start) * 1000)::bigint, clicks::float8, \
-         revenue, max_price FROM clicks_per_minute",
-        &[],
+         revenue, max_price FROM clicks_per_minute WHERE epoch = $1",
+        &[&epoch],
     ) else {
         return BTreeMap::new(); // not created yet
     };
@@ -234,8 +235,9 @@ fn pg_rows(pg: &common::Postgres) -> BTreeMap<(String, i64), (f64, f64, f64)> {
         .collect()
 }
 
-/// `examples/sql/sinks/clicks_to_postgres.sql`: one SQL file for `run --sql` and `sink postgres
-/// --sql`, its table a Flink JDBC table; the PostgreSQL table ends with Flink's rows.
+/// `examples/sql/sinks/clicks_to_postgres.sql`: one SQL file for `run --sql`, `sink postgres
+/// --sql` and `replay --sql`, its table a Flink JDBC table; the PostgreSQL table ends with Flink's
+/// rows, and again after a replay from the earliest offsets, every row of the new epoch.
 #[test]
 fn a_sql_file_with_a_postgresql_table_fills_it_with_flinks_rows() {
     let broker = common::Broker::start();
@@ -259,33 +261,57 @@ fn a_sql_file_with_a_postgresql_table_fills_it_with_flinks_rows() {
             .spawn()
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let got = loop {
-        let got = pg_rows(&pg);
-        if want.keys().all(|k| got.contains_key(k)) {
-            break got;
-        }
+    let judge = |epoch: i64| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let got = loop {
+            let got = pg_rows(&pg, epoch);
+            if want.keys().all(|k| got.contains_key(k)) {
+                break got;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "epoch {epoch}: not every window in the table within 120 s: {} of {}\nmember:\n{}\nsink:\n{}",
+                got.len(),
+                want.len(),
+                std::fs::read_to_string(&log).unwrap_or_default(),
+                std::fs::read_to_string(&sink_log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        };
+        let wrong: Vec<String> = want
+            .iter()
+            .filter(|(k, row)| got.get(*k) != Some(row))
+            .map(|(k, row)| format!("{k:?}: Flink {row:?}, table {:?}", got.get(k)))
+            .collect();
+        assert!(wrong.is_empty(), "epoch {epoch}: {wrong:#?}");
+        let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).collect();
         assert!(
-            Instant::now() < deadline,
-            "not every window in the table within 120 s: {} of {}\nmember:\n{}\nsink:\n{}",
-            got.len(),
-            want.len(),
-            std::fs::read_to_string(&log).unwrap_or_default(),
-            std::fs::read_to_string(&sink_log).unwrap_or_default()
+            extra.is_empty(),
+            "epoch {epoch}: rows Flink's final rows do not have: {extra:?}"
         );
-        std::thread::sleep(Duration::from_millis(300));
     };
+    judge(0);
+    assert!(common::stop_member(m).success());
+    // A replay from the earliest offsets, from the same SQL file: a new epoch replaces every row.
+    let out = Command::new(common::tidemark_bin())
+        .args(["replay", "--to-earliest", "--sql"])
+        .arg(root().join(sql))
+        // The member's topology: input keyed by the grouping key, no hop.
+        .env("TIDEMARK__KAFKA__REPARTITION", "false")
+        .env("TIDEMARK__KAFKA__BOOTSTRAP_SERVERS", &broker.addr)
+        .env("TIDEMARK__KAFKA__STATE_DIR", dir.path().join("state"))
+        .env("TIDEMARK__KAFKA__INSTANCE_ID", "m1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "replay --sql: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m = member_of(sql, &broker.addr, &dir.path().join("state"), &log, true);
+    judge(1);
     assert!(common::stop_member(m).success());
     assert!(common::stop_member(sink).success());
-    let wrong: Vec<String> = want
-        .iter()
-        .filter(|(k, row)| got.get(*k) != Some(row))
-        .map(|(k, row)| format!("{k:?}: Flink {row:?}, table {:?}", got.get(k)))
-        .collect();
-    assert!(wrong.is_empty(), "{wrong:#?}");
-    let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).collect();
-    assert!(
-        extra.is_empty(),
-        "rows Flink's final rows do not have: {extra:?}"
-    );
+    let old = pg_rows(&pg, 0);
+    assert!(old.is_empty(), "rows of epoch 0 left: {}", old.len());
 }
