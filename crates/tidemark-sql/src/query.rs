@@ -3,7 +3,7 @@
 
 use crate::ddl::{ColumnKind, Table};
 use crate::problems::Problems;
-use crate::tokens::{join, statements};
+use crate::tokens::{join, split_top_level, statements, word};
 use sqlparser::ast::{
     DateTimeField, DuplicateTreatment, Expr, FunctionArg, FunctionArgExpr, FunctionArguments,
     GroupByExpr, Interval, Select, SelectItem, SetExpr, TableFactor, Value,
@@ -772,33 +772,18 @@ fn declared_type(text: &str, table: &Table, tables: &[Table]) -> Option<String> 
     match path.as_slice() {
         [_] => Some(ty.trim().to_ascii_uppercase()),
         [_, field] => {
-            // `ROW<a BIGINT, b STRING>`: the field's type, up to the next top-level comma.
-            let inner = ty
-                .find('<')
-                .map(|i| &ty[i + 1..ty.len().saturating_sub(1)])
-                .unwrap_or("");
-            let mut depth = 0;
-            let mut start = 0;
-            let mut parts = Vec::new();
-            for (i, c) in inner.char_indices() {
-                match c {
-                    '<' | '(' => depth += 1,
-                    '>' | ')' => depth -= 1,
-                    ',' if depth == 0 => {
-                        parts.push(&inner[start..i]);
-                        start = i + 1;
-                    }
-                    _ => {}
-                }
-            }
-            parts.push(&inner[start..]);
-            parts.iter().find_map(|p| {
-                let p = p.trim();
-                let (name, ty) = p.split_once(char::is_whitespace)?;
-                name.trim_matches('`')
-                    .eq_ignore_ascii_case(field)
-                    .then(|| ty.trim().to_ascii_uppercase())
-            })
+            // `ROW<a BIGINT, b STRING>`: the field's type, from the fields' top-level list.
+            let tokens = statements(ty).ok()?.into_iter().next()?.tokens;
+            let open = tokens.iter().position(|t| *t == Token::Lt)?;
+            split_top_level(&tokens[open + 1..])
+                .into_iter()
+                .find_map(|part| {
+                    let (name, ty) = part.split_first()?;
+                    let ty = ty.strip_suffix(&[Token::Gt]).unwrap_or(ty);
+                    word(name)
+                        .is_some_and(|n| n.eq_ignore_ascii_case(field))
+                        .then(|| join(ty).to_ascii_uppercase())
+                })
         }
         _ => None,
     }
