@@ -322,6 +322,18 @@ impl Compiler<'_> {
             }
         }
         let name = f.name.to_string().to_ascii_lowercase();
+        if name == "mod" {
+            // `MOD(a, b)` is `a % b`.
+            if let sql::FunctionArguments::List(list) = &f.args {
+                if let [sql::FunctionArg::Unnamed(sql::FunctionArgExpr::Expr(a)), sql::FunctionArg::Unnamed(sql::FunctionArgExpr::Expr(b))] =
+                    list.args.as_slice()
+                {
+                    let (a, b) = (self.expr(a)?, self.expr(b)?);
+                    return Ok(Expr::Arith(ArithOp::Rem, Box::new(a), Box::new(b)));
+                }
+            }
+            return Err(self.unsupported("mod without two arguments".to_string()));
+        }
         let func = match name.as_str() {
             "coalesce" => Func::Coalesce,
             "lower" => Func::Lower,

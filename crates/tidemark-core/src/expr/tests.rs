@@ -55,6 +55,8 @@ fn comparisons_logic_and_arithmetic() {
     assert_eq!(ok("7 / 2"), Datum::Int(3));
     assert_eq!(ok("7.0 / 2"), Datum::Float(3.5));
     assert_eq!(ok("7 % 4"), Datum::Int(3));
+    assert_eq!(ok("MOD(7, 4)"), Datum::Int(3));
+    assert_eq!(ok("mod(-7, 4)"), Datum::Int(-3));
     assert_eq!(ok("-quantity"), Datum::Int(-4));
     assert_eq!(ok("quantity = 4.0"), Datum::Bool(true));
     assert_eq!(ok("NOT (quantity <> 4)"), Datum::Bool(true));
