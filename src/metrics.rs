@@ -26,6 +26,8 @@ pub const RECORDS_OUT: &str = "tidemark_records_out_total";
 pub const RECORDS_FILTERED: &str = "tidemark_records_filtered_total";
 /// Committed panes; label `timing` (EARLY, ON_TIME, LATE, RETRACT).
 pub const PANES: &str = "tidemark_panes_total";
+/// Committed rows of a pipeline of `[[columns]]` (a row per record).
+pub const ROWS: &str = "tidemark_rows_total";
 /// Committed dead letters; label `reason` (late, malformed, expression, future_timestamp,
 /// key_mismatch).
 pub const DEAD_LETTERS: &str = "tidemark_dead_letters_total";
@@ -131,6 +133,7 @@ pub const ALL: &[&str] = &[
     RECORDS_OUT,
     RECORDS_FILTERED,
     PANES,
+    ROWS,
     DEAD_LETTERS,
     WATERMARK,
     WATERMARK_LAG,
@@ -196,6 +199,10 @@ pub fn describe() {
         "Input records the pipeline's filter rejected, per topic."
     );
     describe_counter!(PANES, "Committed panes by timing.");
+    describe_counter!(
+        ROWS,
+        "Committed rows of a pipeline of columns, one per record."
+    );
     describe_counter!(DEAD_LETTERS, "Committed dead letters by reason.");
     describe_gauge!(
         UNOWNED_PARTITIONS,

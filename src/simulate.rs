@@ -28,6 +28,7 @@
 use crate::config::PipelineSpec;
 use crate::format::dead_letter::pane_too_large;
 use crate::format::pane::{self, KeyShape};
+use crate::format::row::RowOutcome;
 use crate::input::avro::SchemaRegistry;
 use crate::input::decode::Decoder;
 use crate::input::{DecodeError, Meta};
@@ -339,6 +340,21 @@ pub fn run_query<S: StateBackend + Clone + 'static>(
                     )
                 }
             };
+            if let Some(rows) = &spec.rows {
+                // A pipeline of rows: each record is a row at once, with no window to wait for.
+                match rows.record(decoded, spec.record_bytes) {
+                    RowOutcome::Filtered => summary.filtered += 1,
+                    RowOutcome::Rejected(r) => {
+                        out.dead(&mut summary, &inputs[i].name, line_no, &line, r, extra)?
+                    }
+                    RowOutcome::Row(row) => {
+                        summary.events += 1;
+                        summary.panes += 1;
+                        writeln!(out.panes, "{row}")?;
+                    }
+                }
+                continue;
+            }
             let is_event = matches!(decoded, Ok(Some(_)));
             let did = step.record(i, decoded, now)?;
             if did.filtered {

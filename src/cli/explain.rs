@@ -57,9 +57,14 @@ fn sql_part(sql: &tidemark_sql::Compiled) -> String {
             OutColumn::IntegerMean(n) => format!("{n} (truncated to an integer)"),
         })
         .collect();
+    // A query without a window has its columns on the `row` line already.
+    let rows = if columns.is_empty() {
+        String::new()
+    } else {
+        format!("  rows:        {}\n", columns.join(", "))
+    };
     format!(
-        "  rows:        {}\n\nAs a pipeline file:\n{}",
-        columns.join(", "),
+        "{rows}\nAs a pipeline file:\n{}",
         toml::to_string(&sql.pipeline).unwrap_or_default()
     )
 }
@@ -123,6 +128,36 @@ pub fn plan(spec: &PipelineSpec) -> String {
             None => "none: every record".to_string(),
         },
     );
+    if let Some(rows) = &spec.rows {
+        // A pipeline of rows: no key, time, window or state.
+        let columns: Vec<String> = rows
+            .columns
+            .iter()
+            .zip(&input.fields)
+            .map(|(c, f)| {
+                let t = if c.timestamp { " (as a timestamp)" } else { "" };
+                format!("{} = {}{t}", c.name, f.value.text)
+            })
+            .collect();
+        line(
+            "row",
+            format!(
+                "one per record, at once, keeping its Kafka key: {}",
+                columns.join("; ")
+            ),
+        );
+        line(
+            "outputs",
+            match &spec.kafka {
+                Some(k) => format!(
+                    "rows to {}, dead letters to {}; each input partition's rows commit with its offsets, exactly once (dedup id: pipeline/topic/partition/offset)",
+                    k.output_topic, k.dead_letter_topic
+                ),
+                None => "rows and dead letters as JSON lines (simulate)".to_string(),
+            },
+        );
+        return out;
+    }
     line(
         "key",
         if input.key.is_empty() {

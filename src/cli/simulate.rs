@@ -75,8 +75,9 @@ impl Simulate {
             &mut dead,
             columns.as_deref(),
         )?;
+        let written = if spec.rows.is_some() { "rows" } else { "panes" };
         eprintln!(
-            "simulate: {} lines, {} events, {} filtered, {} panes, {} late, {} other dead letters",
+            "simulate: {} lines, {} events, {} filtered, {} {written}, {} late, {} other dead letters",
             s.lines, s.events, s.filtered, s.panes, s.late, s.malformed
         );
         Ok(0)

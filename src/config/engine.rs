@@ -57,7 +57,18 @@ fn count(c: &mut Checker, field: &str, raw: Option<i64>) -> Option<Option<u32>> 
 }
 
 pub(super) fn validate_window(cfg: &RawConfig, c: &mut Checker) -> Option<WindowKind> {
-    match &cfg.window {
+    let Some(window) = &cfg.window else {
+        if cfg.columns.is_empty() {
+            c.fail(
+                "window",
+                "missing: a pipeline either windows ([window] and [[aggregations]]) or writes one row per record ([[columns]])",
+            );
+            return None;
+        }
+        // A pipeline of rows runs no window; the engine's spec it carries is never read.
+        return Some(WindowKind::Global { idle_expiry: None });
+    };
+    match window {
         RawWindow::Tumbling { size, offset } => {
             let size = c.duration("window.size", Some(size), 0, true);
             let offset = c.duration("window.offset", offset.as_deref(), 0, false);
@@ -177,8 +188,8 @@ pub(super) fn validate_trigger_for_window(
     timing: Option<&Timing>,
     c: &mut Checker,
 ) {
-    let (Some(window), Some(t)) = (window, timing) else {
-        return;
+    let (Some(window), Some(t), Some(_)) = (window, timing, &cfg.window) else {
+        return; // (a pipeline of rows has no window; its own rules are checked apart)
     };
     match window {
         WindowKind::Global { .. } => {
@@ -338,7 +349,7 @@ pub(super) fn validate_aggregations(
 ) -> (Vec<AggSpec>, Vec<FieldRead>) {
     let mut fields: Vec<FieldRead> = Vec::new();
     let mut aggregations = Vec::new();
-    if cfg.aggregations.is_empty() {
+    if cfg.aggregations.is_empty() && cfg.columns.is_empty() {
         c.fail("aggregations", "at least one aggregation is required");
     } else if cfg.aggregations.len() > aggregate::MAX_AGGREGATIONS {
         c.fail(

@@ -40,7 +40,26 @@ pub(super) fn validate_input(
         .filter
         .as_ref()
         .and_then(|f| compile("input.filter", f, c));
-    let raw_parts: Vec<(String, &str, Option<&str>)> = match &input.key {
+    let no_key = RawKey::Parts(Vec::new());
+    let raw_key = match &input.key {
+        Some(k) if !cfg.columns.is_empty() && !matches!(k, RawKey::Parts(p) if p.is_empty()) => {
+            c.fail(
+                "input.key",
+                "a pipeline of [[columns]] groups nothing: each row keeps its record's Kafka key; remove the key",
+            );
+            &no_key
+        }
+        Some(k) => k,
+        None if cfg.columns.is_empty() => {
+            c.fail(
+                "input.key",
+                "required: an expression, a list of them, or [] for one group per window",
+            );
+            &no_key
+        }
+        None => &no_key,
+    };
+    let raw_parts: Vec<(String, &str, Option<&str>)> = match raw_key {
         RawKey::One(text) => vec![("input.key".to_string(), text.as_str(), None)],
         RawKey::Parts(parts) => parts
             .iter()
@@ -74,7 +93,7 @@ pub(super) fn validate_input(
         .kafka
         .as_ref()
         .is_none_or(|k| k.repartition.unwrap_or(true));
-    if !repartition && raw_parts.len() != 1 {
+    if !repartition && raw_parts.len() != 1 && cfg.columns.is_empty() {
         c.fail(
             "input.key",
             "kafka.repartition = false needs a key of exactly one part: the Kafka record key must equal it",
@@ -100,6 +119,8 @@ pub(super) fn validate_input(
             );
             None
         }
+        // A pipeline of rows needs no event time: it waits for no watermark.
+        (false, None) if !cfg.columns.is_empty() => Some(TimeSpec::Processing),
         (false, None) => {
             c.fail(
                 "input.timestamp",
@@ -133,13 +154,16 @@ pub(super) fn validate_input(
     let mut compiled_fields = Vec::new();
     for (i, read) in fields.iter().enumerate() {
         let text = &read.text;
-        let field = cfg
-            .aggregations
-            .iter()
-            .position(|a| a.field.as_deref().map(str::trim) == Some(text.as_str()))
-            .map_or(format!("aggregations.field[{i}]"), |j| {
-                format!("aggregations[{j}].field")
-            });
+        let field = if cfg.columns.is_empty() {
+            cfg.aggregations
+                .iter()
+                .position(|a| a.field.as_deref().map(str::trim) == Some(text.as_str()))
+                .map_or(format!("aggregations.field[{i}]"), |j| {
+                    format!("aggregations[{j}].field")
+                })
+        } else {
+            format!("columns[{i}].expr")
+        };
         if let Some(value) = compile(&field, text, c) {
             compiled_fields.push(FieldInput {
                 value,

@@ -35,8 +35,9 @@ pub struct RawConfig {
     pub allowed_lateness: Option<String>,
     /// Where the key, timestamp and values are in an event.
     pub input: RawInput,
-    /// The window.
-    pub window: RawWindow,
+    /// The window; absent in a pipeline of `[[columns]]`.
+    #[serde(default)]
+    pub window: Option<RawWindow>,
     /// The watermark strategy.
     #[serde(default)]
     pub watermark: RawWatermark,
@@ -44,7 +45,11 @@ pub struct RawConfig {
     #[serde(default)]
     pub trigger: RawTrigger,
     /// The aggregations computed for every pane.
+    #[serde(default)]
     pub aggregations: Vec<RawAggregation>,
+    /// Instead of a window and aggregations: the columns of the one row each record becomes.
+    #[serde(default)]
+    pub columns: Vec<RawColumn>,
     /// A condition on each pane's aggregations (SQL's `HAVING`), an expression over their
     /// names: a pane that fails it is written as a RETRACT.
     #[serde(default)]
@@ -290,7 +295,10 @@ pub struct RawInput {
     pub filter: Option<String>,
     /// The grouping key: one expression (`"user_id"`), several (`["page", "lower(country)"]`,
     /// each an expression or `{ expr, alias }`), or none (`[]`: one group per window).
-    pub key: RawKey,
+    /// Required of a windowing pipeline; a pipeline of rows has none (a row keeps its record's
+    /// Kafka key).
+    #[serde(default)]
+    pub key: Option<RawKey>,
     /// The event time: a field or expression (epoch milliseconds or an RFC 3339 string), or
     /// `"$record_timestamp"` (the Kafka record's timestamp). Not with `time = "processing"`.
     #[serde(default)]
@@ -417,6 +425,20 @@ pub struct RawTrigger {
     pub accumulation: Option<String>,
 }
 
+/// One column of a pipeline that writes a row per record, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawColumn {
+    /// The column's name in the row.
+    pub name: String,
+    /// Its value: a field path or a SQL expression over the record.
+    pub expr: String,
+    /// `"timestamp"`: the value is epoch milliseconds, written as SQL writes a `TIMESTAMP(3)`
+    /// (`2026-12-07 14:01:00.000`, UTC).
+    #[serde(default)]
+    pub format: Option<String>,
+}
+
 /// One aggregation as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -472,8 +494,12 @@ impl OffsetReset {
 pub struct PipelineSpec {
     /// Input field locations.
     pub input: InputSpec,
-    /// What the windowing core runs: window, lateness, watermark, trigger, aggregations.
+    /// What the windowing core runs: window, lateness, watermark, trigger, aggregations. A
+    /// pipeline of rows runs no engine: its spec is a global window with no aggregations, which
+    /// nothing reads.
     pub engine: EngineSpec,
+    /// The row each record becomes, when the pipeline has `[[columns]]` instead of a window.
+    pub rows: Option<crate::format::row::RowSpec>,
     /// Kafka settings, if the file has a `[kafka]` section.
     pub kafka: Option<KafkaSpec>,
     /// Where `tidemark run` serves metrics and health, if the file has a `[metrics]` section.
@@ -538,6 +564,10 @@ impl PipelineSpec {
         // Written only when set, so the fingerprints of pipelines without it stay as they were.
         if let Some(n) = e.trigger.early_count {
             let _ = writeln!(text, "early_count={n}");
+        }
+        if self.rows.is_some() {
+            // A pipeline of rows keeps no window state: its fingerprint only keeps it apart.
+            let _ = writeln!(text, "rows");
         }
         for a in &e.aggregations {
             let field = a.field.map(|i| self.input.fields[i].value.text.as_str());
@@ -894,6 +924,7 @@ mod engine;
 mod input;
 mod io;
 mod kafka;
+mod rows;
 mod sink;
 mod validate;
 

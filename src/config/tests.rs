@@ -706,3 +706,89 @@ fn cumulative_windows_are_a_whole_number_of_steps() {
         "{err}"
     );
 }
+
+#[test]
+fn a_pipeline_of_columns_has_a_row_spec_and_no_window() {
+    let text = r#"
+name = "purchases"
+[input]
+filter = "price > 0"
+[[columns]]
+name = "user"
+expr = "user_id"
+[[columns]]
+name = "at"
+expr = "ts"
+format = "timestamp"
+"#;
+    let (spec, _) = parse_raw(text, no_env()).unwrap().validate().unwrap();
+    let rows = spec.rows.expect("a row spec");
+    let names: Vec<(&str, bool)> = rows
+        .columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.timestamp))
+        .collect();
+    assert_eq!(names, [("user", false), ("at", true)]);
+    let fields: Vec<&str> = spec
+        .input
+        .fields
+        .iter()
+        .map(|f| f.value.text.as_str())
+        .collect();
+    assert_eq!(fields, ["user_id", "ts"]);
+    assert!(spec.engine.aggregations.is_empty());
+    assert_eq!(spec.input.time, TimeSpec::Processing);
+}
+
+#[test]
+fn a_pipeline_of_columns_lists_everything_it_cannot_have() {
+    let text = r#"
+name = "x"
+allowed_lateness = "1m"
+having = "n > 1"
+[input]
+key = "k"
+[window]
+type = "tumbling"
+size = "1m"
+[trigger]
+early_count = 2
+[[aggregations]]
+name = "n"
+op = "count"
+[[columns]]
+name = "a"
+expr = "a"
+[[columns]]
+name = "a"
+expr = "b"
+format = "date"
+"#;
+    let err = parse_raw(text, no_env()).unwrap().validate().unwrap_err();
+    let ConfigError::Invalid(v) = err else {
+        panic!("expected violations")
+    };
+    let mut fields: Vec<&str> = v.iter().map(|v| v.field.as_str()).collect();
+    fields.sort();
+    fields.dedup();
+    for want in [
+        "window",
+        "aggregations",
+        "having",
+        "allowed_lateness",
+        "trigger",
+        "columns[1].name",
+        "columns[1].format",
+        "input.key",
+    ] {
+        assert!(fields.contains(&want), "{want} missing from {v:?}");
+    }
+    // Neither a window nor columns: the window is missing.
+    let text = "name = \"x\"\n[input]\nkey = \"k\"\ntimestamp = \"ts\"\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n";
+    let err = parse_raw(text, no_env()).unwrap().validate().unwrap_err();
+    assert!(err.to_string().contains("window: missing"), "{err}");
+    // A windowing pipeline still needs its key.
+    let text = "name = \"x\"\n[input]\ntimestamp = \"ts\"\n[window]\ntype = \"tumbling\"\nsize = \"1m\"\n[[aggregations]]\nname = \"n\"\nop = \"count\"\n";
+    let err = parse_raw(text, no_env()).unwrap().validate().unwrap_err();
+    assert!(err.to_string().contains("input.key: required"), "{err}");
+}

@@ -25,8 +25,12 @@ impl RawConfig {
         let window = super::engine::validate_window(self, &mut c);
         let timing = super::engine::validate_timing(self, &mut c);
         let record_bytes = super::kafka::record_bytes(self, &mut c);
-        let (aggregations, fields) =
+        let (mut aggregations, mut fields) =
             super::engine::validate_aggregations(self, record_bytes, &mut c);
+        let (rows, row_fields) = super::rows::validate_rows(self, &mut c);
+        if rows.is_some() {
+            (aggregations, fields) = (Vec::new(), row_fields);
+        }
         super::engine::validate_trigger_for_window(self, window, timing.as_ref(), &mut c);
         let having = super::engine::validate_having(self, &aggregations, &mut c);
         let kafka = self
@@ -71,6 +75,7 @@ impl RawConfig {
             PipelineSpec {
                 input,
                 engine,
+                rows,
                 kafka,
                 metrics_address,
                 avro_input: avro_input.flatten(),

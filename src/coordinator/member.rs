@@ -187,6 +187,9 @@ impl Core {
         out.txn.add_records(1);
         match self.first.as_mut() {
             Some(first) => first.record(&self.s, src, &mut self.decoder, &mut out, msg, topic),
+            None if self.s.topology == Topology::Rows => {
+                process::row_record(&self.s, src, &mut self.decoder, &mut out, msg)
+            }
             // --passthrough: a copy of the record, through the same cycle.
             None => {
                 let appended = msg.timestamp().to_millis().unwrap_or_else(wall_ms);

@@ -127,6 +127,9 @@ pub enum Mode {
     /// A stateless transactional copy of the input to the output topic, through the same commit
     /// cycle: the broker-bound baseline of `scripts/bench-kafka.sh`.
     Passthrough,
+    /// A pipeline of `[[columns]]`: each input record becomes one row (or dead letter) through
+    /// the same commit cycle, with no state. `run` picks it when the pipeline has columns.
+    Rows,
 }
 
 /// How often the second stage reads the repartition topic while it finds nothing.
@@ -179,9 +182,14 @@ pub fn run(
     stop: Arc<Stop>,
 ) -> Result<(), RunError> {
     let k = spec.kafka.clone().ok_or(RunError::NoKafka)?;
+    let mode = match mode {
+        Mode::Windows if spec.rows.is_some() => Mode::Rows,
+        other => other,
+    };
     let layout = ensure_topics(&k, mode)?;
     let topology = match mode {
         Mode::Passthrough => Topology::Passthrough,
+        Mode::Rows => Topology::Rows,
         Mode::Windows if k.repartition => Topology::Hop {
             partitions: layout.repartition_partitions,
         },

@@ -139,6 +139,28 @@ impl Out<'_> {
         Ok(())
     }
 
+    /// A pipeline of rows: the row `value` of the input record appended at `appended`, under the
+    /// record's Kafka `key`, with its dedup id and epoch.
+    pub(super) fn row(
+        &mut self,
+        key: Option<&[u8]>,
+        value: &str,
+        dedup_id: &str,
+        epoch: u64,
+        appended: i64,
+    ) -> Result<(), CycleError> {
+        let mut record = BaseRecord::with_opaque_to(&self.output.output_topic, 0usize)
+            .payload(value.as_bytes())
+            .headers(crate::format::row::row_headers(dedup_id, epoch));
+        if let Some(k) = key {
+            record = record.key(k);
+        }
+        self.telemetry.row(appended);
+        self.txn.send(record)?;
+        self.txn.touch();
+        Ok(())
+    }
+
     /// `--passthrough`: a copy of an input record (`key`, `value`, appended at `appended`) to
     /// the output topic.
     pub(super) fn copy(

@@ -10,6 +10,7 @@ use super::parts::{Part, Source};
 use super::settings::{Settings, Topology};
 use crate::clock::wall_ms;
 use crate::format::dead_letter::DeadLetter;
+use crate::format::row::{row_dedup_id, RowOutcome};
 use crate::input::{DecodeError, Meta};
 use crate::pipeline::{Decoded, Reason, Rejection};
 use crate::state::store::StateStore;
@@ -83,6 +84,42 @@ pub(super) fn keyed_record(
         out.dead_letter(msg.key(), msg.payload(), letter, reason)?;
     }
     out.panes(outcome.panes, epoch, appended)
+}
+
+/// Processes one record of a pipeline of rows, read from input source `src`: its row, or its
+/// dead letter, goes into the open transaction. The row's dedup id is the record's coordinates,
+/// so a record read again after a crash or in a replay writes the same id.
+pub(super) fn row_record(
+    s: &Settings,
+    src: &Source,
+    decoder: &mut crate::input::decode::Decoder,
+    out: &mut Out<'_>,
+    msg: &BorrowedMessage<'_>,
+) -> Result<(), CycleError> {
+    let Some(rows) = s.spec.rows.as_ref() else {
+        return Err(CycleError::Fatal(Cause::found(
+            "a pipeline of rows without columns".to_string(),
+        )));
+    };
+    let (p, offset) = (msg.partition(), msg.offset());
+    let now = wall_ms();
+    let decoded = decode(decoder, msg, now)?;
+    match rows.record(decoded, s.spec.record_bytes) {
+        RowOutcome::Filtered => {
+            out.telemetry.batch().filtered(msg.topic());
+            Ok(())
+        }
+        RowOutcome::Rejected(r) => {
+            let reason = r.reason.as_str();
+            let letter = dead_letter_of(r, msg.topic(), p, offset, src.epoch);
+            out.dead_letter(msg.key(), msg.payload(), letter, reason)
+        }
+        RowOutcome::Row(row) => {
+            let appended = msg.timestamp().to_millis().unwrap_or(now);
+            let id = row_dedup_id(&s.spec.engine.name, msg.topic(), p, offset);
+            out.row(msg.key(), &row, &id, src.epoch, appended)
+        }
+    }
 }
 
 /// Lets processing time move idle watermarks and early firings when no record arrives: ticks

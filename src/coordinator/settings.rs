@@ -18,6 +18,8 @@ pub(super) enum Topology {
     },
     /// `--passthrough`: input records are copied to the output topic.
     Passthrough,
+    /// A pipeline of rows: each input record becomes a row on the output topic.
+    Rows,
 }
 
 /// The member's fixed settings.
@@ -67,7 +69,7 @@ impl Settings {
         match self.topology {
             Topology::Direct => true,
             Topology::Hop { .. } => topic == self.k.repartition_topic,
-            Topology::Passthrough => false,
+            Topology::Passthrough | Topology::Rows => false,
         }
     }
 

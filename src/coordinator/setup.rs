@@ -41,7 +41,7 @@ pub(super) fn open_store(
 
 fn store_config(k: &KafkaSpec, layout: &Layout, mode: Mode) -> StoreConfig {
     let partitions = match mode {
-        Mode::Passthrough => 0,
+        Mode::Passthrough | Mode::Rows => 0,
         Mode::Windows if k.repartition => layout.repartition_partitions,
         Mode::Windows => layout.source_names.len() as i32,
     };
@@ -101,7 +101,7 @@ pub(super) fn ensure_topics(k: &KafkaSpec, mode: Mode) -> Result<Layout, RunErro
     }
     let largest = inputs.iter().map(|(_, n)| *n).max().unwrap_or(1);
     let hop = mode == Mode::Windows && k.repartition;
-    let first_stage = hop || mode == Mode::Passthrough;
+    let first_stage = hop || matches!(mode, Mode::Passthrough | Mode::Rows);
     let repartition = if hop {
         let want = k.repartition_partitions.unwrap_or(largest);
         if let Some(&have) = counts.get(&k.repartition_topic) {

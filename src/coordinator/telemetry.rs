@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 pub(super) struct BatchOutcome {
     /// Panes by timing: EARLY, ON_TIME, LATE, RETRACT.
     pub(super) panes: [u64; 4],
+    /// Rows of a pipeline of rows.
+    pub(super) rows: u64,
     /// Dead letters by reason.
     pub(super) dead_letters: Vec<&'static str>,
     /// Per pane, the append time (epoch ms) of the record or tick that fired it.
@@ -85,6 +87,13 @@ impl Telemetry {
         self.batch.fired_at.push(fired_at);
     }
 
+    /// Counts a row of a pipeline of rows produced into the open transaction, for the input
+    /// record appended at `appended`.
+    pub(super) fn row(&mut self, appended: i64) {
+        self.batch.rows += 1;
+        self.batch.fired_at.push(appended);
+    }
+
     /// Counts a dead letter produced into the open transaction.
     pub(super) fn dead_letter(&mut self, reason: &'static str) {
         self.dead_letters += 1;
@@ -125,6 +134,7 @@ impl Telemetry {
             }
         }
         for (name, n) in [
+            (m::ROWS, batch.rows),
             (m::HOP_WATERMARK_RECORDS, batch.hop_watermarks),
             (m::HOP_BYTES, batch.hop_bytes),
             (m::HOP_PARTIALS, batch.partials),

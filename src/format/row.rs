@@ -1,7 +1,9 @@
-//! A pane as the row of a SQL query: the query's columns, in its `SELECT` order, with the window
-//! bounds written as Flink writes a `TIMESTAMP(3)` (`2026-12-07 14:01:00.000`, UTC).
+//! Rows: a pane as the row of a SQL query (the query's columns, in its `SELECT` order, with the
+//! window bounds written as Flink writes a `TIMESTAMP(3)`, `2026-12-07 14:01:00.000`, UTC), and
+//! the row a record becomes in a pipeline of `[[columns]]` ([`RowSpec`]).
 
 use super::pane::{write_output, KeyShape};
+use crate::pipeline::{Decoded, Reason, Rejection};
 use crate::windowing::aggregate::AggSpec;
 use crate::windowing::engine::Pane;
 use serde_json::Value;
@@ -95,6 +97,118 @@ pub fn sql_row(
     }
     out.push('}');
     out
+}
+
+/// The row each record becomes in a pipeline of `[[columns]]`: the columns, in order. The
+/// record's event carries one value per column, in the same order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowSpec {
+    /// The columns.
+    pub columns: Vec<RowColumn>,
+}
+
+/// One column of a [`RowSpec`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowColumn {
+    /// Its name in the row.
+    pub name: String,
+    /// Whether its value is epoch milliseconds written as a `TIMESTAMP(3)`.
+    pub timestamp: bool,
+}
+
+impl RowSpec {
+    /// The row of `values` (one per column, in order): one line of JSON, the columns in order.
+    /// Integers stay integers, doubles that are not finite are NULL, and a timestamp column
+    /// writes a number as `YYYY-MM-DD HH:MM:SS.sss` (a string it is given, as it is).
+    pub fn row(&self, values: &[crate::windowing::aggregate::Value]) -> String {
+        use tidemark_core::expr::Datum;
+        let mut out = String::with_capacity(16 + 24 * self.columns.len());
+        out.push('{');
+        for (i, c) in self.columns.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&Value::from(c.name.as_str()).to_string());
+            out.push(':');
+            match values.get(i).unwrap_or(&Datum::Null) {
+                Datum::Null => out.push_str("null"),
+                Datum::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+                Datum::Int(n) if c.timestamp => push_json(&mut out, timestamp(*n)),
+                Datum::Float(f) if c.timestamp && f.is_finite() => {
+                    push_json(&mut out, timestamp(f.floor() as i64))
+                }
+                Datum::Int(n) => out.push_str(&n.to_string()),
+                Datum::Float(f) => out.push_str(&Value::from(*f).to_string()),
+                Datum::Str(t) => out.push_str(&Value::from(t.as_ref()).to_string()),
+            }
+        }
+        out.push('}');
+        out
+    }
+}
+
+/// What one record of a pipeline of rows did: the record step of such a pipeline, the same in
+/// `simulate` and `run`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RowOutcome {
+    /// The pipeline's filter rejected it (counted, not an error).
+    Filtered,
+    /// Its row, one line of JSON.
+    Row(String),
+    /// Why it has no row: it did not decode, an expression failed, or its row is larger than
+    /// an output record.
+    Rejected(Rejection),
+}
+
+impl RowSpec {
+    /// The record step of a pipeline of rows: the row of a `decoded` record, or why it has
+    /// none. A row longer than `record_bytes` is rejected `too_large`.
+    pub fn record(&self, decoded: Decoded, record_bytes: usize) -> RowOutcome {
+        let rejected = |reason: Reason, detail: String, event_time: Option<i64>| {
+            RowOutcome::Rejected(Rejection {
+                reason,
+                detail,
+                watermark: None,
+                event_time,
+                late_by_ms: None,
+            })
+        };
+        match decoded {
+            Ok(None) => RowOutcome::Filtered,
+            Err((reason, detail)) => rejected(reason, detail, None),
+            Ok(Some(ev)) => {
+                let row = self.row(&ev.values);
+                if row.len() > record_bytes {
+                    let detail = format!(
+                        "the row takes {} bytes, more than the {record_bytes} of an output record",
+                        row.len()
+                    );
+                    return rejected(Reason::TooLarge, detail, Some(ev.ts));
+                }
+                RowOutcome::Row(row)
+            }
+        }
+    }
+}
+
+/// The dedup id of the row that input record `topic`/`partition`/`offset` of pipeline `name`
+/// becomes: the same id whenever the record is read again, so an idempotent sink keeps one.
+pub fn row_dedup_id(name: &str, topic: &str, partition: i32, offset: i64) -> String {
+    format!("{name}/{topic}/{partition}/{offset}")
+}
+
+/// The headers of a row record: its dedup id and the replay epoch that wrote it.
+pub fn row_headers(dedup_id: &str, epoch: u64) -> rdkafka::message::OwnedHeaders {
+    use rdkafka::message::Header;
+    rdkafka::message::OwnedHeaders::new_with_capacity(2)
+        .insert(Header {
+            key: super::pane::DEDUP_ID_HEADER,
+            value: Some(dedup_id),
+        })
+        .insert(Header {
+            key: super::pane::EPOCH_HEADER,
+            value: Some(&epoch.to_string()),
+        })
 }
 
 /// Appends `text`, which needs no escaping (a timestamp), as a JSON string.

@@ -170,8 +170,9 @@ fn explain_shows_a_query_as_the_pipeline_file_it_means() {
 
 /// Every example pipeline with a SQL twin (`X.toml` and `X.sql` side by side), and the events
 /// file it is run over.
-const TWINS: [(&str, &str); 8] = [
+const TWINS: [(&str, &str); 9] = [
     ("clicks/pipeline", "clicks/events"),
+    ("clicks/purchases", "clicks/events"),
     ("sessions/sessions", "sessions/events"),
     ("guides/clickstream", "guides/events"),
     ("guides/global-sliding", "guides/events"),
@@ -235,5 +236,5 @@ fn every_example_pipeline_has_a_sql_twin_with_its_plan_and_panes() {
     let mut named: Vec<String> = TWINS.iter().map(|(p, _)| p.to_string()).collect();
     named.sort();
     assert_eq!(tomls, named);
-    assert_eq!(twins, 8);
+    assert_eq!(twins, 9);
 }

@@ -196,3 +196,20 @@ fn column_item(table: &mut Table, item: &[Token], problems: &mut Problems) {
         }
     }
 }
+
+/// `TO_TIMESTAMP_LTZ(x, 3)` or `(x, 0)`: the argument's tokens and the unit of its epoch.
+pub fn epoch_call(expr: &[Token]) -> Option<(&[Token], &'static str)> {
+    let [Token::Word(f), Token::LParen, inner @ .., Token::RParen] = expr else {
+        return None;
+    };
+    if !f.value.eq_ignore_ascii_case("TO_TIMESTAMP_LTZ") {
+        return None;
+    }
+    let parts = split_top_level(inner);
+    match parts.as_slice() {
+        [arg] => Some((arg, "ms")),
+        [arg, [Token::Number(p, _)]] if p == "3" => Some((arg, "ms")),
+        [arg, [Token::Number(p, _)]] if p == "0" => Some((arg, "s")),
+        _ => None,
+    }
+}

@@ -270,7 +270,9 @@ fn document(
     let time_col = source.column(&plan.time_column);
     let proctime = matches!(time_col.map(|c| &c.kind), Some(ColumnKind::Computed { expr })
         if join(expr).to_ascii_uppercase().replace(' ', "") == "PROCTIME()");
-    if proctime || plan.time_column.is_empty() {
+    if plan.window == Window::None {
+        // A row per record waits for no watermark: no event time to read.
+    } else if proctime || plan.time_column.is_empty() {
         // A plain GROUP BY over a table without a watermark: processing time.
         input.insert("time".into(), s("processing"));
     } else {
@@ -288,7 +290,7 @@ fn document(
             Some(ColumnKind::Metadata { key }) if key == "timestamp" => {
                 input.insert("timestamp".into(), s("$record_timestamp"));
             }
-            Some(ColumnKind::Computed { expr }) => match epoch_call(expr) {
+            Some(ColumnKind::Computed { expr }) => match ddl::epoch_call(expr) {
                 Some((arg, unit)) => {
                     input.insert(
                         "timestamp".into(),
@@ -336,6 +338,22 @@ fn document(
 
     let mut window = toml::Table::new();
     match &plan.window {
+        Window::None => {
+            let columns: Vec<V> = plan
+                .rows
+                .iter()
+                .map(|c| {
+                    let mut t = toml::Table::new();
+                    t.insert("name".into(), s(&c.name));
+                    t.insert("expr".into(), s(&c.expr));
+                    if c.timestamp {
+                        t.insert("format".into(), s("timestamp"));
+                    }
+                    V::Table(t)
+                })
+                .collect();
+            doc.insert("columns".into(), V::Array(columns));
+        }
         Window::Tumbling { size, offset } => {
             window.insert("type".into(), s("tumbling"));
             window.insert("size".into(), ms(*size));
@@ -383,7 +401,9 @@ fn document(
             }
         }
     }
-    doc.insert("window".into(), V::Table(window));
+    if !window.is_empty() {
+        doc.insert("window".into(), V::Table(window));
+    }
     if !watermark.is_empty() {
         doc.insert("watermark".into(), V::Table(watermark));
     }
@@ -409,7 +429,9 @@ fn document(
             V::Table(t)
         })
         .collect();
-    doc.insert("aggregations".into(), V::Array(aggs));
+    if !aggs.is_empty() {
+        doc.insert("aggregations".into(), V::Array(aggs));
+    }
     if let Some(h) = &plan.having {
         doc.insert("having".into(), s(h));
     }
@@ -552,23 +574,6 @@ fn set(doc: &mut toml::Table, key: &str, value: &str) {
             *entry = toml::Value::Table(toml::Table::new());
         }
         node = entry.as_table_mut().expect("made a table");
-    }
-}
-
-/// `TO_TIMESTAMP_LTZ(x, 3)` or `(x, 0)`: the argument's tokens and the unit of its epoch.
-fn epoch_call(expr: &[Token]) -> Option<(&[Token], &'static str)> {
-    let [Token::Word(f), Token::LParen, inner @ .., Token::RParen] = expr else {
-        return None;
-    };
-    if !f.value.eq_ignore_ascii_case("TO_TIMESTAMP_LTZ") {
-        return None;
-    }
-    let parts = tokens::split_top_level(inner);
-    match parts.as_slice() {
-        [arg] => Some((arg, "ms")),
-        [arg, [Token::Number(p, _)]] if p == "3" => Some((arg, "ms")),
-        [arg, [Token::Number(p, _)]] if p == "0" => Some((arg, "s")),
-        _ => None,
     }
 }
 

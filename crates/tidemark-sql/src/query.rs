@@ -24,6 +24,8 @@ pub enum Window {
     /// A plain `GROUP BY` over the table: one window per key that never closes, fired by the
     /// `EMIT` clause.
     Global,
+    /// No `GROUP BY` and no aggregate: one row per record ([`Plan::rows`]).
+    None,
 }
 
 /// What a query reads and computes.
@@ -45,6 +47,126 @@ pub struct Plan {
     pub columns: Vec<OutColumn>,
     /// The `HAVING` condition over aggregation names.
     pub having: Option<String>,
+    /// A query of [`Window::None`]: the columns of the row each record becomes.
+    pub rows: Vec<RowColumn>,
+}
+
+/// One column of a query that writes a row per record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowColumn {
+    /// The column's name.
+    pub name: String,
+    /// Its value, an expression over the source's fields.
+    pub expr: String,
+    /// Whether the value is epoch milliseconds of a time column (`TO_TIMESTAMP_LTZ`), written
+    /// as a `TIMESTAMP(3)`.
+    pub timestamp: bool,
+}
+
+/// The aggregate functions a query may call, by name.
+const AGGREGATES: [&str; 19] = [
+    "COUNT",
+    "SUM",
+    "MIN",
+    "MAX",
+    "AVG",
+    "STDDEV_POP",
+    "STDDEV_SAMP",
+    "STDDEV",
+    "VAR_POP",
+    "VAR_SAMP",
+    "VARIANCE",
+    "FIRST_VALUE",
+    "LAST_VALUE",
+    "APPROX_COUNT_DISTINCT",
+    "APPROX_PERCENTILE",
+    "PERCENTILE_APPROX",
+    "DURATION",
+    "TOP_K",
+    "LISTAGG",
+];
+
+/// Whether a `SELECT` item is an aggregate call.
+fn is_aggregate(item: &SelectItem) -> bool {
+    let e = match item {
+        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+        _ => return false,
+    };
+    matches!(e, Expr::Function(f) if AGGREGATES.iter().any(|a| f.name.to_string().eq_ignore_ascii_case(a)))
+}
+
+/// The columns of a query without `GROUP BY` or aggregates over `table`: one row per record,
+/// as Flink's append-only `SELECT ... FROM t [WHERE ...]` writes.
+fn row_columns(select: &Select, table: &Table, problems: &mut Problems) -> Vec<RowColumn> {
+    // A column of the table by name: its expression over the source's fields, and whether it
+    // is a time column's epoch.
+    let column = |name: &str| -> Result<(String, bool), String> {
+        match table.column(name).map(|c| &c.kind) {
+            Some(ColumnKind::Computed { expr }) => match crate::ddl::epoch_call(expr) {
+                Some((arg, unit)) => {
+                    let ms = substitute(&join(arg), table);
+                    Ok((
+                        if unit == "s" {
+                            format!("({ms}) * 1000")
+                        } else {
+                            ms
+                        },
+                        true,
+                    ))
+                }
+                None => Ok((substitute(&join(expr), table), false)),
+            },
+            Some(ColumnKind::Metadata { key }) => Err(format!(
+                "{name}: metadata ({key}) cannot be a column of a row yet"
+            )),
+            Some(ColumnKind::Physical { .. }) | None => Ok((substitute(name, table), false)),
+        }
+    };
+    let mut rows = Vec::new();
+    for (i, item) in select.projection.iter().enumerate() {
+        let (expr, alias) = match item {
+            SelectItem::Wildcard(_) => {
+                for c in &table.columns {
+                    match column(&c.name) {
+                        Ok((expr, timestamp)) => rows.push(RowColumn {
+                            name: c.name.clone(),
+                            expr,
+                            timestamp,
+                        }),
+                        Err(why) => problems.at(item, why),
+                    }
+                }
+                continue;
+            }
+            SelectItem::UnnamedExpr(e) => (e, None),
+            SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value.clone())),
+            other => {
+                problems.at(other, format!("SELECT {other}: name the columns"));
+                continue;
+            }
+        };
+        let (name, value) = match expr {
+            Expr::Identifier(id) => (id.value.clone(), column(&id.value)),
+            Expr::CompoundIdentifier(parts) => (
+                parts.last().map(|p| p.value.clone()).unwrap_or_default(),
+                Ok((substitute(&expr.to_string(), table), false)),
+            ),
+            // Flink names an unnamed expression after its position.
+            other => (
+                format!("EXPR${i}"),
+                Ok((substitute(&other.to_string(), table), false)),
+            ),
+        };
+        match value {
+            Ok((expr, timestamp)) => rows.push(RowColumn {
+                name: alias.unwrap_or(name),
+                expr,
+                timestamp,
+            }),
+            Err(why) => problems.at(expr, why),
+        }
+    }
+    rows
 }
 
 /// One aggregation of a query.
@@ -150,6 +272,24 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Problems) -> Optio
             return None;
         }
     };
+    // No GROUP BY and no aggregate over a plain table: a row per record.
+    if window == Window::Global
+        && group.is_empty()
+        && select.having.is_none()
+        && !select.projection.iter().any(is_aggregate)
+    {
+        return Some(Plan {
+            source: table.name.clone(),
+            window: Window::None,
+            time_column,
+            filter,
+            keys: Vec::new(),
+            aggregations: Vec::new(),
+            columns: Vec::new(),
+            having: None,
+            rows: row_columns(select, table, problems),
+        });
+    }
     let is_bound = |e: &Expr, name: &str| matches!(e, Expr::Identifier(i) if i.value.eq_ignore_ascii_case(name));
     // Spark's forms: `GROUP BY window(ts, size[, slide]), ...` or `session_window(ts, gap)`
     // over a plain table.
@@ -321,6 +461,7 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Problems) -> Optio
         aggregations,
         columns,
         having,
+        rows: Vec::new(),
     })
 }
 
