@@ -7,7 +7,10 @@ Usage: flink-sql-reference.py PIPELINE.sql EVENTS.jsonl
 
 The query text is Flink's as written; only the source table's WITH options change (a Kafka source
 becomes a file), SET statements and the sink table are left out, and INSERT INTO becomes the bare
-SELECT. Views are created as written. Lines of the events file that are tidemark control lines ({"$...": ...}) are left out.
+SELECT. Views are created as written. Lines of the events file that are tidemark control lines
+({"$...": ...}) are left out. A column of type TIMESTAMP_LTZ (a time attribute a query passes
+through) is cast to TIMESTAMP(3) in UTC before it is collected, because PyFlink cannot hand an
+Instant to Python; the rows are Flink's otherwise.
 """
 import json
 import os
@@ -15,7 +18,8 @@ import re
 import sys
 import tempfile
 
-from pyflink.table import EnvironmentSettings, TableEnvironment
+from pyflink.table import DataTypes, EnvironmentSettings, TableEnvironment
+from pyflink.table.expressions import col
 
 
 def statements(text):
@@ -58,7 +62,18 @@ def main(sql_path, events_path):
         elif head[0].upper() == "SELECT":
             query = s
     table = env.sql_query(query)
-    names = table.get_schema().get_field_names()
+    schema = table.get_schema()
+    names = schema.get_field_names()
+    types = schema.get_field_data_types()
+    if any("LOCALZONED" in str(t).upper() for t in types):
+        table = table.select(
+            *[
+                col(n).cast(DataTypes.TIMESTAMP(3)).alias(n)
+                if "LOCALZONED" in str(t).upper()
+                else col(n)
+                for n, t in zip(names, types)
+            ]
+        )
     rows = []
     with table.execute().collect() as results:
         for r in results:
