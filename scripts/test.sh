@@ -77,6 +77,6 @@ TIDEMARK_TEST_BROKER=noida TIDEMARK__KAFKA__MEMBERSHIP=log cargo test --release 
 # The chaos tests once more with the default membership: the group stops assigning after the
 # first kill there, and the members must move it to membership from the log by themselves.
 echo "== cargo test (release; chaos on noida-db with the default membership, which moves itself)"
-# The SQL run's pipeline is the tumbling run's: it runs in the two phases above.
-mapfile -t args < <(only chaos_direct chaos_hop; skipping chaos_hop::a_sql_pipeline_under_repeated_kill_9_commits_everything_exactly_once)
+# The SQL runs' pipelines are the TOML runs': they run in the two phases above.
+mapfile -t args < <(only chaos_direct chaos_hop; skipping chaos_hop::a_sql_pipeline_under_repeated_kill_9_commits_everything_exactly_once chaos_direct::a_sql_pipeline_on_keyed_input_under_repeated_kill_9_commits_everything_exactly_once)
 TIDEMARK_TEST_BROKER=noida cargo test --release --test kafka "$@" -- "${parallel[@]}" "${args[@]}"

@@ -251,6 +251,42 @@ pub struct Scenario {
 
 /// A pipeline file for `tidemark run` with a [kafka] section, for the scenario's input: one topic
 /// keyed by the grouping field, so records are windowed where they are (`repartition = false`).
+/// [`pipeline`] written as SQL, on input keyed by the grouping key ('partitioned-by-key'), with
+/// dynamic membership: the same plan, fingerprint and panes.
+pub fn sql_pipeline(broker: &str, state: &std::path::Path, instance: &str) -> String {
+    format!(
+        r#"SET 'name' = 'scn';
+SET 'kafka.application_id' = 'scn';
+SET 'kafka.instance_id' = '{instance}';
+SET 'kafka.static_membership' = 'false';
+SET 'kafka.state_dir' = '{}';
+SET 'kafka.commit_interval' = '100ms';
+SET 'kafka.max_batch_records' = '200';
+SET 'kafka.properties.session.timeout.ms' = '6000';
+SET 'kafka.properties.max.poll.interval.ms' = '10000';
+CREATE TABLE events (
+  `user` STRING,
+  amount DOUBLE,
+  ts BIGINT,
+  WATERMARK FOR ts AS ts - INTERVAL '300' MILLISECOND
+) WITH (
+  'connector' = 'kafka',
+  'topic' = 'events',
+  'properties.bootstrap.servers' = '{broker}',
+  'partitioned-by-key' = 'true',
+  'format' = 'json'
+);
+CREATE TABLE panes WITH ('connector' = 'kafka', 'topic' = 'panes', 'dead-letter-topic' = 'dead');
+INSERT INTO panes
+SELECT window_start, window_end, `user`, COUNT(*) AS n, SUM(amount) AS total
+FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(ts), INTERVAL '1' SECOND))
+GROUP BY window_start, window_end, `user`
+EMIT ALLOWED LATENESS INTERVAL '1' SECOND;
+"#,
+        state.display()
+    )
+}
+
 pub fn pipeline(
     broker: &str,
     state: &std::path::Path,
@@ -467,10 +503,7 @@ pub fn simulate_expected(
     records: &[(i32, String, String)],
     cutoff: i64,
 ) -> (Vec<String>, std::collections::BTreeSet<(i32, i64, String)>) {
-    let (spec, _) = tidemark::config::parse_raw(text, Vec::new())
-        .unwrap()
-        .validate()
-        .unwrap();
+    let (spec, _) = raw_of(text).validate().unwrap();
     let mut per_partition: std::collections::BTreeMap<i32, Vec<String>> = Default::default();
     for (p, _, v) in records {
         per_partition.entry(*p).or_default().push(v.clone());
@@ -971,6 +1004,15 @@ fn is_root() -> bool {
 }
 
 /// Whether a pipeline text is SQL statements rather than a TOML file.
+/// The pipeline document of `text`, TOML or SQL, before validation.
+pub fn raw_of(text: &str) -> tidemark::config::RawConfig {
+    if is_sql(text) {
+        tidemark::config::parse_sql(text, Vec::new()).unwrap().0
+    } else {
+        tidemark::config::parse_raw(text, Vec::new()).unwrap()
+    }
+}
+
 pub fn is_sql(text: &str) -> bool {
     let t = text.trim_start();
     t.starts_with("SET ") || t.starts_with("CREATE ") || t.starts_with("--")

@@ -7,7 +7,9 @@
 //! a plain fold over the committed input with no engine code (`tests/common/reference.rs`), so an
 //! engine bug that `simulate` shares cannot pass. A run passes only if at least one kill hit a
 //! member holding partitions. Everything is judged from the raw log (transactions resolved from
-//! COMMIT/ABORT markers), never from the broker's read_committed filtering.
+//! COMMIT/ABORT markers), never from the broker's read_committed filtering. A second run is the
+//! same pipeline written as SQL (`tidemark run --sql`, `'partitioned-by-key' = 'true'`), judged
+//! the same way.
 //!
 //! `TIDEMARK_CHAOS_KILLS` (default 8, CI's short variant) and `TIDEMARK_CHAOS_RECORDS` (default
 //! 20,000) set the strength; `scripts/chaos.sh` runs it with 24 kills. `TIDEMARK_CHAOS_SEED` repeats
@@ -25,8 +27,23 @@ use std::time::{Duration, Instant};
 const PARTITIONS: i32 = 6;
 const MEMBERS: usize = 3;
 
-fn start(dir: &Path, broker: &str, id: &str, incarnation: usize, keep_state: bool) -> Child {
+fn start(
+    dir: &Path,
+    broker: &str,
+    id: &str,
+    incarnation: usize,
+    keep_state: bool,
+    sql: bool,
+) -> Child {
     let state = chaos::state_dir(dir, id, incarnation, keep_state);
+    if sql {
+        return chaos::spawn(
+            dir,
+            id,
+            incarnation,
+            &common::sql_pipeline(broker, &state, id),
+        );
+    }
     let text = common::pipeline(broker, &state, Some(id), "");
     // Tansu wedges the group when static members are killed and rejoin in quick succession
     // (restarted members were never assigned again, for minutes), so members are dynamic (the
@@ -57,6 +74,17 @@ fn missing_from(a: &[String], b: &[String]) -> usize {
 
 #[test]
 fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
+    chaos_run(false);
+}
+
+/// The same pipeline written as SQL (`common::sql_pipeline`), judged the same way.
+#[test]
+fn a_sql_pipeline_on_keyed_input_under_repeated_kill_9_commits_everything_exactly_once() {
+    chaos_run(true);
+}
+
+/// Runs the chaos test on the TOML pipeline, or on its SQL twin when `sql`.
+fn chaos_run(sql: bool) {
     let kills: usize = chaos::env_or("TIDEMARK_CHAOS_KILLS", 8);
     let records: i64 = chaos::env_or("TIDEMARK_CHAOS_RECORDS", 20_000);
     let seed0 = chaos::seed();
@@ -65,7 +93,11 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
     let broker = common::Broker::start();
     broker.create_topic("events", PARTITIONS);
     let dir = tempfile::tempdir().unwrap();
-    let text = common::pipeline(&broker.addr, Path::new("/unused"), Some("m"), "");
+    let text = if sql {
+        common::sql_pipeline(&broker.addr, Path::new("/unused"), "m")
+    } else {
+        common::pipeline(&broker.addr, Path::new("/unused"), Some("m"), "")
+    };
     let scenario = common::Scenario::generate_for(&text, PARTITIONS, records, seed0);
 
     // Live input spread over about the time the kills take (2.5 s apart on average).
@@ -78,7 +110,7 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
         .map(|i| {
             let id = format!("m{}", i + 1);
             chaos::Member {
-                child: start(dir.path(), &broker.addr, &id, 0, true),
+                child: start(dir.path(), &broker.addr, &id, 0, true, sql),
                 id,
                 incarnation: 0,
             }
@@ -105,7 +137,7 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
         &mut members,
         dir.path(),
         "partition restored from the changelog",
-        |id, incarnation, keep| start(dir.path(), &broker.addr, id, incarnation, keep),
+        |id, incarnation, keep| start(dir.path(), &broker.addr, id, incarnation, keep, sql),
     );
     producer.join().unwrap();
 
@@ -118,10 +150,7 @@ fn three_members_under_repeated_kill_9_commit_everything_exactly_once() {
 
     // The judge. Expected output comes from simulate over each partition's input as committed in
     // the log, in offset order; a dead letter's line number maps back to its input offset.
-    let (spec, _) = tidemark::config::parse_raw(&text, Vec::new())
-        .unwrap()
-        .validate()
-        .unwrap();
+    let (spec, _) = common::raw_of(&text).validate().unwrap();
     let input = tidemark::kafka::raw_log::read_topic(&broker.addr, "events").unwrap();
     let mut by_partition: BTreeMap<i32, Vec<(i64, String)>> = BTreeMap::new();
     for r in &input.committed {
