@@ -438,9 +438,17 @@ impl Out<'_> {
     /// naming it, as in `run`.
     fn panes(&mut self, summary: &mut Summary, panes: Vec<Pane>) -> std::io::Result<()> {
         for p in panes {
-            let line = pane::to_json(&p, 0, self.aggregations, self.shape);
+            // A SQL query writes rows, not pane lines: a pane's line is written only when its
+            // bound does not show it small enough, to find whether `run` would refuse it.
+            let small = self.columns.is_some()
+                && p.key.len() + pane::json_len_bound(&p, self.aggregations) <= self.record_bytes;
+            let line = if small {
+                String::new()
+            } else {
+                pane::to_json(&p, 0, self.aggregations, self.shape)
+            };
             let bytes = p.key.len() + line.len();
-            if let Some(detail) = pane_too_large(bytes, self.record_bytes) {
+            if let Some(detail) = pane_too_large(bytes, self.record_bytes).filter(|_| !small) {
                 summary.malformed += 1;
                 let obj = json!({
                     "reason": Reason::TooLarge.as_str(),

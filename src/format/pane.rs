@@ -142,6 +142,32 @@ pub fn to_json(pane: &Pane, epoch: u64, aggregations: &[AggSpec], shape: KeyShap
     out
 }
 
+/// A bound on the length of [`to_json`]'s line for `pane`, found without writing it: every
+/// string counted as if each byte were escaped (`\u00XX`), every number at its longest. A pane
+/// whose bound fits a record needs no line to be found small enough.
+pub fn json_len_bound(pane: &Pane, aggregations: &[AggSpec]) -> usize {
+    const NUMBER: usize = 32;
+    let text = |s: &str| 6 * s.len() + 2;
+    let datum = |d: &Datum| match d {
+        Datum::Str(s) => text(s),
+        _ => NUMBER,
+    };
+    let mut n = 256 + text(&pane.key) + pane.dedup_id.len();
+    for (spec, value) in aggregations.iter().zip(&pane.values) {
+        n += text(&spec.name) + 2;
+        n += match value {
+            Output::Value(v) => datum(v),
+            Output::Top(items) => {
+                2 + items
+                    .iter()
+                    .map(|(v, _)| datum(v) + NUMBER + 20)
+                    .sum::<usize>()
+            }
+        };
+    }
+    n
+}
+
 /// Writes one aggregate's value as JSON.
 pub fn write_output(out: &mut String, value: &Output) {
     match value {
@@ -329,6 +355,37 @@ mod tests {
                 .into_iter()
                 .map(Output::Value)
                 .collect(),
+        }
+    }
+
+    proptest::proptest! {
+        /// The bound on a pane's line is never below the line, whatever its strings hold.
+        #[test]
+        fn the_json_length_bound_holds(
+            key in ".{0,40}",
+            first in proptest::option::of(".{0,40}"),
+            top in proptest::collection::vec((".{0,12}", 0u64..u64::MAX), 0..5),
+            x in proptest::num::f64::ANY,
+            n in proptest::num::i64::ANY,
+        ) {
+            let aggs = vec![
+                AggSpec::new("s\"um", "sum", Some(0)),
+                AggSpec::new("first", "first", Some(0)),
+                AggSpec::new("n", "count", None),
+                AggSpec::new("top", "top_k", Some(0)),
+            ];
+            let mut p = pane();
+            p.key = key.into();
+            p.values = smallvec::smallvec![
+                Output::Value(Datum::Float(x)),
+                Output::Value(first.map_or(Datum::Null, |s| Datum::Str(s.into()))),
+                Output::Value(Datum::Int(n)),
+                Output::Top(top.into_iter().map(|(v, c)| (Datum::Str(v.into()), c)).collect()),
+            ];
+            for shape in [KeyShape::None, KeyShape::One] {
+                let line = to_json(&p, u64::MAX, &aggs, shape);
+                proptest::prop_assert!(line.len() <= json_len_bound(&p, &aggs));
+            }
         }
     }
 
