@@ -437,6 +437,10 @@ pub struct RawColumn {
     /// (`2026-12-07 14:01:00.000`, UTC).
     #[serde(default)]
     pub format: Option<String>,
+    /// The number of decimals a double is rounded to when written (a SQL `DECIMAL`'s scale,
+    /// 0 to 15); integers are written as they are.
+    #[serde(default)]
+    pub scale: Option<u32>,
 }
 
 /// One aggregation as written.

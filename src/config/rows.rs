@@ -86,9 +86,16 @@ pub(super) fn validate_rows(cfg: &RawConfig, c: &mut Checker) -> (Option<RowSpec
                 false
             }
         };
+        if let Some(s) = col.scale.filter(|s| *s > 15) {
+            c.fail(
+                &format!("columns[{i}].scale"),
+                format!("{s} decimals are more than a double holds: use 0 to 15"),
+            );
+        }
         columns.push(RowColumn {
             name: name.to_string(),
             timestamp,
+            scale: col.scale,
         });
         fields.push(FieldRead {
             text: col.expr.trim().to_string(),

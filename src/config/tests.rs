@@ -763,6 +763,7 @@ expr = "a"
 name = "a"
 expr = "b"
 format = "date"
+scale = 20
 "#;
     let err = parse_raw(text, no_env()).unwrap().validate().unwrap_err();
     let ConfigError::Invalid(v) = err else {
@@ -779,6 +780,7 @@ format = "date"
         "trigger",
         "columns[1].name",
         "columns[1].format",
+        "columns[1].scale",
         "input.key",
     ] {
         assert!(fields.contains(&want), "{want} missing from {v:?}");

@@ -131,6 +131,8 @@ pub struct RowColumn {
     pub name: String,
     /// Whether its value is epoch milliseconds written as a `TIMESTAMP(3)`.
     pub timestamp: bool,
+    /// The decimals a double is rounded to when written (a `DECIMAL`'s scale).
+    pub scale: Option<u32>,
 }
 
 impl RowSpec {
@@ -155,7 +157,18 @@ impl RowSpec {
                     push_json(&mut out, f.floor() as i64)
                 }
                 Datum::Int(n) => out.push_str(&n.to_string()),
-                Datum::Float(f) => out.push_str(&Value::from(*f).to_string()),
+                Datum::Float(f) => {
+                    let f = match c.scale {
+                        // Half away from zero, as a DECIMAL rounds; the double nearest the
+                        // decimal is written in its shortest form.
+                        Some(s) => {
+                            let p = 10f64.powi(s as i32);
+                            (f * p).round() / p
+                        }
+                        None => *f,
+                    };
+                    out.push_str(&Value::from(f).to_string())
+                }
                 Datum::Str(t) => out.push_str(&Value::from(t.as_ref()).to_string()),
             }
         }

@@ -349,6 +349,9 @@ fn document(
                     if c.timestamp {
                         t.insert("format".into(), s("timestamp"));
                     }
+                    if let Some(n) = c.scale {
+                        t.insert("scale".into(), V::Integer(i64::from(n)));
+                    }
                     V::Table(t)
                 })
                 .collect();

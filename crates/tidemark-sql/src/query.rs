@@ -61,6 +61,84 @@ pub struct RowColumn {
     /// Whether the value is epoch milliseconds of a time column (`TO_TIMESTAMP_LTZ`), written
     /// as a `TIMESTAMP(3)`.
     pub timestamp: bool,
+    /// The scale of a `DECIMAL` value as Flink types it (`0.908 * price`: 3), to which the
+    /// double tidemark computes is rounded when written.
+    pub scale: Option<u32>,
+}
+
+/// The scale Flink gives `e`'s value when it is a `DECIMAL`: a literal with a fraction has its
+/// digits, an integer column 0, `DECIMAL(p, s)` s; `+` and `-` the larger scale, `*` the sum,
+/// `ROUND(x, n)` n. `None` when the value is no `DECIMAL` (a double, an integer expression, a
+/// string, a division, a function of other kinds).
+fn decimal_scale(e: &Expr, table: &Table, tables: &[Table]) -> Option<u32> {
+    /// (whether a DECIMAL takes part, the scale).
+    fn walk(e: &Expr, table: &Table, tables: &[Table]) -> Option<(bool, u32)> {
+        use sqlparser::ast::{BinaryOperator as B, UnaryOperator as U};
+        let of_type = |ty: &str| -> Option<(bool, u32)> {
+            let ty = ty.trim().to_ascii_uppercase();
+            if type_is(&ty, &INTEGERS) {
+                return Some((false, 0));
+            }
+            let rest = ty
+                .strip_prefix("DECIMAL")
+                .or_else(|| ty.strip_prefix("NUMERIC"))?;
+            let scale = rest
+                .trim()
+                .trim_start_matches('(')
+                .trim_end_matches(')')
+                .split(',')
+                .nth(1)
+                .map_or(Some(0), |s| s.trim().parse().ok())?;
+            Some((true, scale))
+        };
+        match e {
+            Expr::Value(v) => match &v.value {
+                Value::Number(n, _) if n.contains(['e', 'E']) => None,
+                Value::Number(n, _) => Some(match n.split_once('.') {
+                    Some((_, frac)) => (true, frac.len() as u32),
+                    None => (false, 0),
+                }),
+                _ => None,
+            },
+            Expr::Identifier(_) | Expr::CompoundIdentifier(_) => of_type(&declared_type(
+                &substitute(&e.to_string(), table),
+                table,
+                tables,
+            )?),
+            Expr::Nested(inner) => walk(inner, table, tables),
+            Expr::UnaryOp {
+                op: U::Minus | U::Plus,
+                expr,
+            } => walk(expr, table, tables),
+            Expr::Cast { data_type, .. } => of_type(&data_type.to_string()),
+            Expr::BinaryOp { left, op, right } => {
+                let (l, r) = (walk(left, table, tables)?, walk(right, table, tables)?);
+                match op {
+                    B::Plus | B::Minus => Some((l.0 || r.0, l.1.max(r.1))),
+                    B::Multiply => Some((l.0 || r.0, l.1 + r.1)),
+                    _ => None,
+                }
+            }
+            Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("ROUND") => {
+                match arguments(&f.args).as_slice() {
+                    [(_, x)] => walk(x, table, tables).map(|(d, _)| (d, 0)),
+                    [(_, x), (_, Expr::Value(n))] => {
+                        let Value::Number(n, _) = &n.value else {
+                            return None;
+                        };
+                        let (d, _) = walk(x, table, tables)?;
+                        Some((d, n.parse().ok()?))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+    match walk(e, table, tables)? {
+        (true, scale) => Some(scale),
+        (false, _) => None,
+    }
 }
 
 /// The aggregate functions a query may call, by name.
@@ -97,7 +175,12 @@ fn is_aggregate(item: &SelectItem) -> bool {
 
 /// The columns of a query without `GROUP BY` or aggregates over `table`: one row per record,
 /// as Flink's append-only `SELECT ... FROM t [WHERE ...]` writes.
-fn row_columns(select: &Select, table: &Table, problems: &mut Problems) -> Vec<RowColumn> {
+fn row_columns(
+    select: &Select,
+    table: &Table,
+    tables: &[Table],
+    problems: &mut Problems,
+) -> Vec<RowColumn> {
     // A column of the table by name: its expression over the source's fields, and whether it
     // is a time column's epoch.
     let column = |name: &str| -> Result<(String, bool), String> {
@@ -132,6 +215,11 @@ fn row_columns(select: &Select, table: &Table, problems: &mut Problems) -> Vec<R
                             name: c.name.clone(),
                             expr,
                             timestamp,
+                            scale: decimal_scale(
+                                &Expr::Identifier(sqlparser::ast::Ident::new(&c.name)),
+                                table,
+                                tables,
+                            ),
                         }),
                         Err(why) => problems.at(item, why),
                     }
@@ -157,11 +245,13 @@ fn row_columns(select: &Select, table: &Table, problems: &mut Problems) -> Vec<R
                 Ok((substitute(&other.to_string(), table), false)),
             ),
         };
+        let scale = decimal_scale(expr, table, tables);
         match value {
-            Ok((expr, timestamp)) => rows.push(RowColumn {
+            Ok((text, timestamp)) => rows.push(RowColumn {
                 name: alias.unwrap_or(name),
-                expr,
+                expr: text,
                 timestamp,
+                scale,
             }),
             Err(why) => problems.at(expr, why),
         }
@@ -287,7 +377,7 @@ pub fn plan(select: &Select, tables: &[Table], problems: &mut Problems) -> Optio
             aggregations: Vec::new(),
             columns: Vec::new(),
             having: None,
-            rows: row_columns(select, table, problems),
+            rows: row_columns(select, table, tables, problems),
         });
     }
     let is_bound = |e: &Expr, name: &str| matches!(e, Expr::Identifier(i) if i.value.eq_ignore_ascii_case(name));

@@ -321,3 +321,46 @@ fn a_jdbc_table_is_the_postgresql_sink_behind_a_kafka_topic() {
         assert!(e.contains(want), "{want} not in\n{e}");
     }
 }
+
+#[test]
+fn a_query_without_group_by_becomes_columns_with_flinks_decimal_scales() {
+    let c = compiled(
+        "SELECT user_id, 0.908 * ts_ms AS converted, amount * 2 AS doubled, ts_ms + 1 AS next,
+                ROUND(ts_ms * 0.25, 1) AS rounded, ts, UPPER(page)
+         FROM clicks WHERE amount > 0",
+    );
+    assert!(c.columns.is_empty(), "rows are written from the columns");
+    assert!(!c.pipeline.contains_key("window"));
+    assert!(!c.pipeline.contains_key("aggregations"));
+    let columns = c.pipeline["columns"].as_array().unwrap();
+    let got: Vec<(String, String, Option<i64>, bool)> = columns
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["expr"].as_str().unwrap().to_string(),
+                t.get("scale").and_then(|s| s.as_integer()),
+                t.get("format").and_then(|f| f.as_str()) == Some("timestamp"),
+            )
+        })
+        .collect();
+    let want = [
+        ("user_id", "user_id", None, false),
+        // A DECIMAL(4, 3) times a BIGINT is a DECIMAL of scale 3 in Flink.
+        ("converted", "0.908 * ts_ms", Some(3), false),
+        // A DOUBLE is no DECIMAL; integer arithmetic neither.
+        ("doubled", "amount * 2", None, false),
+        ("next", "ts_ms + 1", None, false),
+        ("rounded", "ROUND(ts_ms * 0.25, 1)", Some(1), false),
+        // The time attribute: its epoch, written as a TIMESTAMP(3).
+        ("ts", "ts_ms", None, true),
+        // Unnamed: Flink's name by position.
+        ("EXPR$6", "UPPER(page)", None, false),
+    ];
+    let want: Vec<(String, String, Option<i64>, bool)> = want
+        .iter()
+        .map(|(n, e, s, t)| (n.to_string(), e.to_string(), *s, *t))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(c.pipeline["input"]["filter"].as_str(), Some("amount > 0"));
+}
