@@ -97,8 +97,8 @@ fn every_sql_example_gives_flinks_rows() {
 /// Nexmark-shaped events (`scripts/nexmark-sample.py`, disorder inside the watermark delay) and
 /// queries over Nexmark's views give Flink's rows, q11's sessions included: SQL sessions whose
 /// events lie exactly one gap apart merge, as Flink's do (17 such pairs in these events). q0,
-/// q1 and q2 have no window: a row per bid (q1's DECIMAL arithmetic is a double in tidemark,
-/// equal to 9 decimals).
+/// q1 and q2 have no window: a row per bid (q1's DECIMAL is a double in tidemark, written at
+/// Flink's scale).
 #[test]
 fn nexmark_queries_give_flinks_rows() {
     let checked = compare_with_flink(
