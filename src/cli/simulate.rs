@@ -14,7 +14,8 @@ pub struct Simulate {
     #[command(flatten)]
     pipeline: super::PipelineArgs,
     /// Records and control lines, one per line: JSON values, or base64 of Avro values. Give it
-    /// several times for several inputs (watermark sources), read in turns.
+    /// several times for several inputs (watermark sources), read in turns. With `--sql`,
+    /// `TABLE=FILE` binds the file to the table the query reads (or to the table under its view).
     #[arg(long, required = true)]
     input: Vec<PathBuf>,
     /// Where to write panes, or a SQL query's rows (default: standard output).
@@ -26,6 +27,28 @@ pub struct Simulate {
     /// RocksDB directory for window state (default: a temporary directory, removed afterwards).
     #[arg(long)]
     state_dir: Option<PathBuf>,
+}
+
+/// The file an `--input` names: `TABLE=FILE` binds FILE to the table a SQL query reads (one of
+/// `sources`), checked; anything else, or a file that exists under the whole name, is a path.
+fn bound_file(given: &std::path::Path, sources: &[String]) -> anyhow::Result<PathBuf> {
+    let text = given.to_string_lossy();
+    let binding = text.split_once('=').filter(|(name, _)| {
+        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    });
+    match binding {
+        Some((name, file)) if !sources.is_empty() && !given.exists() => {
+            if sources.iter().any(|s| s.eq_ignore_ascii_case(name)) {
+                Ok(PathBuf::from(file))
+            } else {
+                anyhow::bail!(
+                    "--input {text}: the query reads {}, not {name}",
+                    sources.join(" (a view of ") + &")".repeat(sources.len() - 1)
+                )
+            }
+        }
+        _ => Ok(given.to_path_buf()),
+    }
 }
 
 /// A file to write to, or `default` when none is named.
@@ -43,6 +66,11 @@ impl Simulate {
     pub fn execute(self) -> anyhow::Result<i32> {
         let loaded = self.pipeline.load_logged()?;
         let spec = loaded.spec;
+        let sources = loaded
+            .sql
+            .as_ref()
+            .map(|c| c.sources.clone())
+            .unwrap_or_default();
         let columns = loaded.sql.map(|c| c.columns);
         let tmp;
         let dir = match self.state_dir {
@@ -55,7 +83,9 @@ impl Simulate {
         let store = StateStore::open(&dir)
             .with_context(|| format!("opening state in {}", dir.display()))?;
         let mut inputs = Vec::new();
-        for path in &self.input {
+        for given in &self.input {
+            let path = bound_file(given, &sources)?;
+            let path = &path;
             let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
             inputs.push(simulate::Input::new(
                 path.display().to_string(),

@@ -240,3 +240,36 @@ fn every_example_pipeline_has_a_sql_twin_with_its_plan_and_panes() {
     assert_eq!(tomls, named);
     assert_eq!(twins, 9);
 }
+
+/// `--input TABLE=FILE` binds the file to the table the query reads, or to the table under its
+/// view; another name is refused, naming what the query reads.
+#[test]
+fn an_input_is_bound_to_the_querys_table_by_name() {
+    let run = |input: &str| {
+        Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args(["simulate", "--sql"])
+            .arg(root().join("examples/sql/nexmark/q2_selection.sql"))
+            .arg("--input")
+            .arg(input)
+            .current_dir(root())
+            .output()
+            .unwrap()
+    };
+    for name in ["datagen", "bid"] {
+        let out = run(&format!("{name}=examples/sql/nexmark/events.jsonl"));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 4);
+    }
+    let out = run("clicks=examples/sql/nexmark/events.jsonl");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("the query reads bid (a view of datagen), not clicks"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -34,6 +34,9 @@ pub struct Compiled {
     pub pipeline: toml::Table,
     /// The query's output columns, in `SELECT` order.
     pub columns: Vec<OutColumn>,
+    /// The names the query's records go by: the table or view it reads, and for a view the
+    /// table its rows come from (what `simulate --input NAME=FILE` may bind a file to).
+    pub sources: Vec<String>,
 }
 
 /// Everything wrong with a SQL file, each where it is: the part of the query it is about, or
@@ -172,10 +175,17 @@ pub fn compile(text: &str) -> Result<Compiled, SqlError> {
             .map(|(at, p)| (at.line, at.column, p)),
     );
     match (pipeline, plan) {
-        (Some(pipeline), Some(plan)) if problems.is_empty() => Ok(Compiled {
-            pipeline,
-            columns: plan.columns,
-        }),
+        (Some(pipeline), Some(plan)) if problems.is_empty() => {
+            let root = tables
+                .iter()
+                .find(|t| t.name == plan.source)
+                .and_then(|t| t.root.clone());
+            Ok(Compiled {
+                pipeline,
+                columns: plan.columns,
+                sources: std::iter::once(plan.source).chain(root).collect(),
+            })
+        }
         _ => Err(SqlError { problems }),
     }
 }
