@@ -98,37 +98,13 @@ pub fn sql_pipeline(
     instance: &str,
     topics: &[&str],
 ) -> String {
-    format!(
-        r#"SET 'name' = 'hop';
-SET 'kafka.application_id' = 'hop';
-SET 'kafka.instance_id' = '{instance}';
-SET 'kafka.static_membership' = 'false';
-SET 'kafka.state_dir' = '{}';
-SET 'kafka.commit_interval' = '100ms';
-SET 'kafka.max_batch_records' = '500';
-SET 'kafka.properties.session.timeout.ms' = '6000';
-SET 'kafka.properties.max.poll.interval.ms' = '10000';
-CREATE TABLE clicks (
-  `user` STRING,
-  amount DOUBLE,
-  ts BIGINT,
-  WATERMARK FOR ts AS ts - INTERVAL '300' MILLISECOND
-) WITH (
-  'connector' = 'kafka',
-  'topic' = '{}',
-  'properties.bootstrap.servers' = '{broker}',
-  'format' = 'json'
-);
-CREATE TABLE panes WITH ('connector' = 'kafka', 'topic' = 'panes', 'dead-letter-topic' = 'dead');
-INSERT INTO panes
-SELECT window_start, window_end, `user`, COUNT(*) AS n, SUM(amount) AS total
-FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' SECOND))
-GROUP BY window_start, window_end, `user`
-EMIT ALLOWED LATENESS INTERVAL '1' SECOND;
-"#,
-        state.display(),
-        topics.join(";")
-    )
+    super::SqlTwin {
+        name: "hop",
+        topics,
+        keyed: false,
+        max_batch: 500,
+    }
+    .text(broker, state, instance)
 }
 
 impl HopScenario {

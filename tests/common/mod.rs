@@ -251,40 +251,71 @@ pub struct Scenario {
 
 /// A pipeline file for `tidemark run` with a [kafka] section, for the scenario's input: one topic
 /// keyed by the grouping field, so records are windowed where they are (`repartition = false`).
-/// [`pipeline`] written as SQL, on input keyed by the grouping key ('partitioned-by-key'), with
-/// dynamic membership: the same plan, fingerprint and panes.
-pub fn sql_pipeline(broker: &str, state: &std::path::Path, instance: &str) -> String {
-    format!(
-        r#"SET 'name' = 'scn';
-SET 'kafka.application_id' = 'scn';
+/// The tumbling pipeline the Kafka tests run (1 s windows of `count` and `sum` grouped by
+/// `user`, out-of-orderness 300 ms, lateness 1 s), written as SQL with dynamic membership: the
+/// pipeline (and application) `name`, reading `topics` (declared keyed by `user` when `keyed`),
+/// writing to `panes` and `dead`, committing every 100 ms or `max_batch` records.
+pub struct SqlTwin<'a> {
+    pub name: &'a str,
+    pub topics: &'a [&'a str],
+    pub keyed: bool,
+    pub max_batch: u32,
+}
+
+impl SqlTwin<'_> {
+    /// The SQL text for member `instance` against `broker`, with state under `state`.
+    pub fn text(&self, broker: &str, state: &std::path::Path, instance: &str) -> String {
+        let SqlTwin {
+            name,
+            topics,
+            keyed,
+            max_batch,
+        } = self;
+        format!(
+            r#"SET 'name' = '{name}';
+SET 'kafka.application_id' = '{name}';
 SET 'kafka.instance_id' = '{instance}';
 SET 'kafka.static_membership' = 'false';
 SET 'kafka.state_dir' = '{}';
 SET 'kafka.commit_interval' = '100ms';
-SET 'kafka.max_batch_records' = '200';
+SET 'kafka.max_batch_records' = '{max_batch}';
 SET 'kafka.properties.session.timeout.ms' = '6000';
 SET 'kafka.properties.max.poll.interval.ms' = '10000';
-CREATE TABLE events (
+CREATE TABLE clicks (
   `user` STRING,
   amount DOUBLE,
   ts BIGINT,
   WATERMARK FOR ts AS ts - INTERVAL '300' MILLISECOND
 ) WITH (
   'connector' = 'kafka',
-  'topic' = 'events',
+  'topic' = '{}',
   'properties.bootstrap.servers' = '{broker}',
-  'partitioned-by-key' = 'true',
+  'partitioned-by-key' = '{keyed}',
   'format' = 'json'
 );
 CREATE TABLE panes WITH ('connector' = 'kafka', 'topic' = 'panes', 'dead-letter-topic' = 'dead');
 INSERT INTO panes
 SELECT window_start, window_end, `user`, COUNT(*) AS n, SUM(amount) AS total
-FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(ts), INTERVAL '1' SECOND))
+FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' SECOND))
 GROUP BY window_start, window_end, `user`
 EMIT ALLOWED LATENESS INTERVAL '1' SECOND;
 "#,
-        state.display()
-    )
+            state.display(),
+            topics.join(";")
+        )
+    }
+}
+
+/// [`pipeline`] written as SQL, on input keyed by the grouping key: the same plan, fingerprint
+/// and panes.
+pub fn sql_pipeline(broker: &str, state: &std::path::Path, instance: &str) -> String {
+    SqlTwin {
+        name: "scn",
+        topics: &["events"],
+        keyed: true,
+        max_batch: 200,
+    }
+    .text(broker, state, instance)
 }
 
 pub fn pipeline(
@@ -1004,6 +1035,31 @@ fn is_root() -> bool {
 }
 
 /// Whether a pipeline text is SQL statements rather than a TOML file.
+/// Rows (lines of JSON objects) as sorted lines of JSON with every number a double (Flink
+/// writes `30.0` where tidemark writes `30`), rounded to 9 decimals: how rows are compared with
+/// Flink's.
+pub fn sorted_rows(text: &str) -> Vec<String> {
+    use serde_json::Value;
+    use std::collections::BTreeMap;
+    let mut out: Vec<String> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: BTreeMap<String, Value> = serde_json::from_str(l).expect("a row is JSON");
+            let v: BTreeMap<String, Value> = v
+                .into_iter()
+                .map(|(k, v)| match v.as_f64() {
+                    Some(f) => (k, Value::from((f * 1e9).round() / 1e9)),
+                    None => (k, v),
+                })
+                .collect();
+            serde_json::to_string(&v).unwrap()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The pipeline document of `text`, TOML or SQL, before validation.
 pub fn raw_of(text: &str) -> tidemark::config::RawConfig {
     if is_sql(text) {

@@ -2,34 +2,11 @@
 //! Flink 2.3 gives for the same query text over the same file (`tests/golden/sql/`), and a SQL file
 //! with problems gets every one listed, with its line and column, and exit code 2.
 
-use serde_json::Value;
-use std::collections::BTreeMap;
+use crate::common;
 use std::process::Command;
 
 fn root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Rows as sorted lines of JSON with every number a double (Flink writes `30.0` where tidemark
-/// writes `30`), rounded to 9 decimals.
-fn rows(text: &str) -> Vec<String> {
-    let mut out: Vec<String> = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let v: BTreeMap<String, Value> = serde_json::from_str(l).expect("a row is JSON");
-            let v: BTreeMap<String, Value> = v
-                .into_iter()
-                .map(|(k, v)| match v.as_f64() {
-                    Some(f) => (k, Value::from((f * 1e9).round() / 1e9)),
-                    None => (k, v),
-                })
-                .collect();
-            serde_json::to_string(&v).unwrap()
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 fn simulate_over(sql: &str, events: &str) -> std::process::Output {
@@ -67,8 +44,11 @@ fn compare_with_flink(
             "{name}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let want = rows(&want);
-        let got = adjust(&name, rows(&String::from_utf8_lossy(&out.stdout)));
+        let want = common::sorted_rows(&want);
+        let got = adjust(
+            &name,
+            common::sorted_rows(&String::from_utf8_lossy(&out.stdout)),
+        );
         assert!(!want.is_empty(), "{name}: Flink gave no rows");
         let missing: Vec<_> = want.iter().filter(|r| !got.contains(r)).take(3).collect();
         let extra: Vec<_> = got.iter().filter(|r| !want.contains(r)).take(3).collect();
