@@ -32,6 +32,18 @@ fn member(broker: &str, state: &Path, log: &Path, direct: bool) -> Child {
 
 /// `tidemark run --sql` on the example file `sql` (a path under the project).
 fn member_of(sql: &str, broker: &str, state: &Path, log: &Path, direct: bool) -> Child {
+    member_batching(sql, broker, state, log, direct, 50)
+}
+
+/// [`member_of`] committing at most `max_batch` records a transaction.
+fn member_batching(
+    sql: &str,
+    broker: &str,
+    state: &Path,
+    log: &Path,
+    direct: bool,
+    max_batch: u32,
+) -> Child {
     let log = std::fs::File::create(log).unwrap();
     common::adopt(
         Command::new(common::tidemark_bin())
@@ -45,7 +57,7 @@ fn member_of(sql: &str, broker: &str, state: &Path, log: &Path, direct: bool) ->
             .env("TIDEMARK__KAFKA__STATE_DIR", state)
             .env("TIDEMARK__KAFKA__INSTANCE_ID", "m1")
             .env("TIDEMARK__KAFKA__COMMIT_INTERVAL", "100ms")
-            .env("TIDEMARK__KAFKA__MAX_BATCH_RECORDS", "50")
+            .env("TIDEMARK__KAFKA__MAX_BATCH_RECORDS", max_batch.to_string())
             // A member killed is replaced within seconds, not librdkafka's default 45 s.
             .env("TIDEMARK__KAFKA__PROPERTIES__SESSION.TIMEOUT.MS", "'6000'")
             .env(
@@ -104,6 +116,33 @@ fn committed(broker: &str) -> (Panes, usize) {
     (out, log.open)
 }
 
+/// Waits until `done` holds while member `m` (logging to `log`) runs; fails with the log when
+/// the member stops or `within` passes, saying how far it got (`progress`).
+fn wait_while_running(
+    m: &mut Child,
+    log: &Path,
+    within: Duration,
+    progress: impl Fn() -> String,
+    mut done: impl FnMut() -> bool,
+) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        let log = || std::fs::read_to_string(log).unwrap_or_default();
+        assert!(
+            m.try_wait().unwrap().is_none(),
+            "the member stopped:\n{}",
+            log()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{} within {within:?}:\n{}",
+            progress(),
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn a_sql_pipeline_through_the_hop_runs_exactly_once_and_gives_flinks_rows() {
     sql_run(false);
@@ -122,43 +161,29 @@ fn sql_run(direct: bool) {
     let log = dir.path().join("m1.log");
     let mut m = member(&broker.addr, &dir.path().join("state"), &log, direct);
     // Killed as soon as some panes are committed, then started again.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while committed(&broker.addr).0.is_empty() {
-        assert!(
-            m.try_wait().unwrap().is_none(),
-            "the member stopped:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        assert!(
-            Instant::now() < deadline,
-            "no pane within 60 s:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_while_running(
+        &mut m,
+        &log,
+        Duration::from_secs(60),
+        || "no pane".into(),
+        || !committed(&broker.addr).0.is_empty(),
+    );
     m.kill().unwrap();
     m.wait().unwrap();
     let mut m = member(&broker.addr, &dir.path().join("state"), &log, direct);
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let (got, _) = committed(&broker.addr);
-        if want.keys().all(|k| got.contains_key(k)) {
-            break;
-        }
-        assert!(
-            m.try_wait().unwrap().is_none(),
-            "the member stopped:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        assert!(
-            Instant::now() < deadline,
-            "not every window within 90 s: {} of {}\n{}",
-            got.len(),
-            want.len(),
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_while_running(
+        &mut m,
+        &log,
+        Duration::from_secs(90),
+        || {
+            let got = committed(&broker.addr).0;
+            format!("{} of {} windows", got.len(), want.len())
+        },
+        || {
+            let (got, _) = committed(&broker.addr);
+            want.keys().all(|k| got.contains_key(k))
+        },
+    );
     std::thread::sleep(Duration::from_secs(1));
     assert!(common::stop_member(m).success());
     let (got, open) = committed(&broker.addr);
@@ -377,56 +402,50 @@ fn a_sql_query_without_a_window_writes_each_row_exactly_once() {
     )
     .unwrap();
     let want = want_rows.lines().count();
+    // Ten records a transaction: about 180 commits, so that kills land among them.
     let start = || {
-        member_of(
+        member_batching(
             file.to_str().unwrap(),
             &broker.addr,
             &dir.path().join("state"),
             &log,
             true,
+            10,
         )
     };
     let mut m = start();
+    let mut kills = 0;
     for round in 0..2 {
-        // Killed once some rows have committed, and not all.
-        let deadline = Instant::now() + Duration::from_secs(60);
+        // Killed once some more rows have committed, and not all; a round that finds every row
+        // committed has nothing left to kill.
         let floor = rows(&broker.addr).0.len();
-        loop {
-            let n = rows(&broker.addr).0.len();
-            if n > floor {
-                break;
-            }
-            assert!(
-                m.try_wait().unwrap().is_none(),
-                "the member stopped:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "no new row within 60 s (round {round}):\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        wait_while_running(
+            &mut m,
+            &log,
+            Duration::from_secs(60),
+            || format!("no new row (round {round})"),
+            || {
+                let n = rows(&broker.addr).0.len();
+                n > floor || n >= want
+            },
+        );
+        if rows(&broker.addr).0.len() >= want {
+            break;
         }
         m.kill().unwrap();
         m.wait().unwrap();
+        kills += 1;
         m = start();
     }
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while rows(&broker.addr).0.len() < want {
-        assert!(
-            m.try_wait().unwrap().is_none(),
-            "the member stopped:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        assert!(
-            Instant::now() < deadline,
-            "{} rows of {want} within 90 s:\n{}",
-            rows(&broker.addr).0.len(),
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    assert!(kills > 0, "every row committed before the first kill");
+    println!("rows: kills={kills}");
+    wait_while_running(
+        &mut m,
+        &log,
+        Duration::from_secs(90),
+        || format!("{} rows of {want}", rows(&broker.addr).0.len()),
+        || rows(&broker.addr).0.len() >= want,
+    );
     std::thread::sleep(Duration::from_secs(1));
     assert!(common::stop_member(m).success());
     let (got, open) = rows(&broker.addr);
@@ -435,25 +454,9 @@ fn a_sql_query_without_a_window_writes_each_row_exactly_once() {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), got.len(), "a row committed twice");
-    // Flink's rows, numbers compared to 9 decimals (q1's DECIMAL is a double here).
-    let norm = |text: &str| -> Vec<String> {
-        let mut out: Vec<String> = text
-            .lines()
-            .map(|l| {
-                let v: BTreeMap<String, Value> = serde_json::from_str(l).unwrap();
-                let v: BTreeMap<String, Value> = v
-                    .into_iter()
-                    .map(|(k, v)| match v.as_f64() {
-                        Some(f) => (k, Value::from((f * 1e9).round() / 1e9)),
-                        None => (k, v),
-                    })
-                    .collect();
-                serde_json::to_string(&v).unwrap()
-            })
-            .collect();
-        out.sort();
-        out
-    };
     let got_text: Vec<&str> = got.iter().map(|(_, r)| r.as_str()).collect();
-    assert_eq!(norm(&got_text.join("\n")), norm(&want_rows));
+    assert_eq!(
+        common::sorted_rows(&got_text.join("\n")),
+        common::sorted_rows(&want_rows)
+    );
 }
