@@ -152,13 +152,15 @@ fn explain_shows_a_query_as_the_pipeline_file_it_means() {
 
 /// Every example pipeline with a SQL twin (`X.toml` and `X.sql` side by side), and the events
 /// file it is run over.
-const TWINS: [(&str, &str); 9] = [
+const TWINS: [(&str, &str); 11] = [
     ("clicks/pipeline", "clicks/events"),
     ("clicks/purchases", "clicks/events"),
     ("sessions/sessions", "sessions/events"),
     ("guides/clickstream", "guides/events"),
     ("guides/global-sliding", "guides/events"),
     ("guides/page-country", "guides/events"),
+    ("guides/page-view-sessions", "guides/hours"),
+    ("guides/rolling-revenue", "guides/hours"),
     ("guides/processing-time", "guides/arrivals"),
     ("dataflow/corrections", "dataflow/events"),
     ("dataflow/counters", "dataflow/events"),
@@ -218,7 +220,7 @@ fn every_example_pipeline_has_a_sql_twin_with_its_plan_and_panes() {
     let mut named: Vec<String> = TWINS.iter().map(|(p, _)| p.to_string()).collect();
     named.sort();
     assert_eq!(tomls, named);
-    assert_eq!(twins, 9);
+    assert_eq!(twins, 11);
 }
 
 /// `--input TABLE=FILE` binds the file to the table the query reads, or to the table under its
