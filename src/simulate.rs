@@ -448,7 +448,7 @@ impl Out<'_> {
                 pane::to_json(&p, 0, self.aggregations, self.shape)
             };
             let bytes = p.key.len() + line.len();
-            if let Some(detail) = pane_too_large(bytes, self.record_bytes).filter(|_| !small) {
+            if let Some(detail) = pane_too_large(bytes, self.record_bytes) {
                 summary.malformed += 1;
                 let obj = json!({
                     "reason": Reason::TooLarge.as_str(),
