@@ -14,7 +14,7 @@ RUN cargo build --release --locked --bin tidemark
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates zlib1g libstdc++6 \
+ && apt-get install -y --no-install-recommends ca-certificates libssl3 zlib1g libstdc++6 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/tidemark --shell /usr/sbin/nologin tidemark \
  && mkdir -p /var/lib/tidemark \

@@ -99,7 +99,7 @@ fn main() {
         let stats = restore(
             &store,
             "window.p0",
-            &broker.addr,
+            &broker.addr.as_str().into(),
             "bench-changelog",
             0,
             policy,

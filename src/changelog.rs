@@ -37,6 +37,7 @@
 
 use crate::clock::wall_ms;
 use crate::kafka::raw_log::{LogReader, PartitionLog, RawLogError, RawRecord};
+use crate::kafka::secure::Brokers;
 use crate::state::store::{Lineage, StateStore, StoreError, StoredOffsets};
 use rocksdb::WriteBatch;
 use std::time::{Duration, Instant};
@@ -239,12 +240,12 @@ fn marker_epoch(r: &RawRecord) -> Option<u64> {
 /// input offset and the lineage (epoch and fingerprint), from its committed transactions (open
 /// ones count as not committed).
 pub fn committed_now(
-    bootstrap: &str,
+    brokers: &Brokers,
     changelog_topic: &str,
     partition: i32,
 ) -> Result<(Option<i64>, Lineage), RawLogError> {
     let mut fold = Fold::new(None, Lineage::default());
-    LogReader::connect(bootstrap)?.stream(changelog_topic, partition, 0, |r: RawRecord| {
+    LogReader::connect(brokers)?.stream(changelog_topic, partition, 0, |r: RawRecord| {
         fold.record(&r);
         Ok::<(), RawLogError>(())
     })?;
@@ -285,7 +286,7 @@ pub struct SourceMarkers {
 /// `markers_topic` (which has `partitions` partitions), from its start. Returns them and the
 /// log's tail summary (open transactions, for the caller to wait on).
 pub fn source_markers(
-    bootstrap: &str,
+    brokers: &Brokers,
     markers_topic: &str,
     partition: i32,
     partitions: i32,
@@ -299,7 +300,7 @@ pub fn source_markers(
         ..SourceMarkers::default()
     };
     let log =
-        LogReader::connect(bootstrap)?.stream(markers_topic, partition, 0, |r: RawRecord| {
+        LogReader::connect(brokers)?.stream(markers_topic, partition, 0, |r: RawRecord| {
             let Some(marker) = r
                 .key
                 .as_deref()
@@ -400,7 +401,7 @@ fn start_of(stored: StoredOffsets) -> Option<(i64, i64)> {
 pub fn restore(
     store: &StateStore,
     cf: &str,
-    bootstrap: &str,
+    brokers: &Brokers,
     changelog_topic: &str,
     partition: i32,
     policy: OpenPolicy,
@@ -412,7 +413,7 @@ pub fn restore(
     match restore_from(
         store,
         cf,
-        bootstrap,
+        brokers,
         changelog_topic,
         partition,
         stored,
@@ -427,15 +428,7 @@ pub fn restore(
                 "the stored changelog position is past the changelog's end: rebuilding local state from offset 0"
             );
             store.clear_cf(cf)?;
-            restore_from(
-                store,
-                cf,
-                bootstrap,
-                changelog_topic,
-                partition,
-                None,
-                policy,
-            )
+            restore_from(store, cf, brokers, changelog_topic, partition, None, policy)
         }
         other => other,
     }
@@ -444,7 +437,7 @@ pub fn restore(
 fn restore_from(
     store: &StateStore,
     cf: &str,
-    bootstrap: &str,
+    brokers: &Brokers,
     changelog_topic: &str,
     partition: i32,
     stored: Option<(i64, i64)>,
@@ -475,7 +468,7 @@ fn restore_from(
         // same records in the same order over the partial result (puts and deletes of whole
         // values), which converges. Reading again from the first open record after a wait does
         // the same.
-        let log = LogReader::connect(bootstrap)?.stream(
+        let log = LogReader::connect(brokers)?.stream(
             changelog_topic,
             partition,
             from,

@@ -26,11 +26,25 @@ pub fn reset_position(value: &str) -> Option<Offset> {
 /// Settings common to every client tidemark creates.
 pub fn base_config(k: &KafkaSpec) -> ClientConfig {
     let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", &k.bootstrap_servers);
-    for (key, value) in &k.properties {
-        c.set(key, value);
-    }
+    user_settings(&mut c, k, |_| true);
     c
+}
+
+/// Sets the bootstrap servers and the user's properties that `keep` keeps, secrets included, on
+/// `c`. (Never copied from another configuration: `ClientConfig::config_map` hides secrets'
+/// values behind a placeholder.)
+fn user_settings(c: &mut ClientConfig, k: &KafkaSpec, keep: impl Fn(&str) -> bool) {
+    c.set("bootstrap.servers", k.brokers.bootstrap());
+    for (key, value) in &k.properties {
+        if keep(key) {
+            c.set(key, value);
+        }
+    }
+    for (key, value) in &k.secrets {
+        if keep(key) {
+            c.set(key, value.expose());
+        }
+    }
 }
 
 /// The consumer configuration.
@@ -55,9 +69,7 @@ pub fn consumer_config(k: &KafkaSpec) -> ClientConfig {
     if k.static_membership {
         c.set("group.instance.id", &k.instance_id);
     }
-    for (key, value) in base_config(k).config_map() {
-        c.set(key, value);
-    }
+    user_settings(&mut c, k, |_| true);
     c.set("group.id", &k.application_id);
     c.set("enable.auto.commit", "false");
     c.set("enable.auto.offset.store", "false");
@@ -69,22 +81,20 @@ pub fn consumer_config(k: &KafkaSpec) -> ClientConfig {
 pub fn producer_config(k: &KafkaSpec) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("linger.ms", "5");
-    for (key, value) in base_config(k).config_map() {
-        // Consumer-only properties would make librdkafka warn on the producer.
-        const CONSUMER_ONLY: [&str; 8] = [
-            "session.",
-            "max.poll",
-            "group.",
-            "heartbeat.",
-            "auto.offset.reset",
-            "fetch.",
-            "isolation.level",
-            "partition.assignment.strategy",
-        ];
-        if !CONSUMER_ONLY.iter().any(|p| key.starts_with(p)) {
-            c.set(key, value);
-        }
-    }
+    // Consumer-only properties would make librdkafka warn on the producer.
+    const CONSUMER_ONLY: [&str; 8] = [
+        "session.",
+        "max.poll",
+        "group.",
+        "heartbeat.",
+        "auto.offset.reset",
+        "fetch.",
+        "isolation.level",
+        "partition.assignment.strategy",
+    ];
+    user_settings(&mut c, k, |key| {
+        !CONSUMER_ONLY.iter().any(|p| key.starts_with(p))
+    });
     c.set(
         "transactional.id",
         format!("{}-{}", k.application_id, k.instance_id),
@@ -138,5 +148,14 @@ mod tests {
         let c = consumer_config(&k);
         assert_eq!(c.get("isolation.level"), Some("read_committed"));
         assert_eq!(c.get("enable.auto.commit"), Some("false"));
+    }
+
+    #[test]
+    fn secrets_reach_every_client_as_they_are() {
+        let k = kafka("[kafka.properties]\n\"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanism\" = \"PLAIN\"\n\"sasl.username\" = \"u\"\n\"sasl.password\" = \"p4ss\"\n");
+        for c in [base_config(&k), consumer_config(&k), producer_config(&k)] {
+            assert_eq!(c.get("sasl.password"), Some("p4ss"));
+            assert_eq!(c.get("security.protocol"), Some("SASL_SSL"));
+        }
     }
 }

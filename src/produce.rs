@@ -13,14 +13,13 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::ClientConfig;
 use std::time::{Duration, Instant};
 
 /// What to produce.
 #[derive(Debug, Clone)]
 pub struct ProduceOptions {
-    /// Bootstrap servers.
-    pub bootstrap_servers: String,
+    /// The cluster and its clients' settings.
+    pub client: crate::config::ClientSettings,
     /// Target topic.
     pub topic: String,
     /// Partitions when the topic is created.
@@ -161,10 +160,12 @@ pub enum ProduceError {
 }
 
 /// Creates `topic` with `partitions` partitions unless it exists.
-pub fn ensure_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<(), ProduceError> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()?;
+pub fn ensure_topic(
+    client: &crate::config::ClientSettings,
+    topic: &str,
+    partitions: i32,
+) -> Result<(), ProduceError> {
+    let admin: AdminClient<DefaultClientContext> = client.client_config().create()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -185,11 +186,8 @@ pub fn ensure_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<(),
 
 /// Produces the events; returns how many were sent.
 pub fn run(o: &ProduceOptions) -> Result<u64, ProduceError> {
-    ensure_topic(&o.bootstrap_servers, &o.topic, o.partitions)?;
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &o.bootstrap_servers)
-        .set("linger.ms", "5")
-        .create()?;
+    ensure_topic(&o.client, &o.topic, o.partitions)?;
+    let producer: BaseProducer = o.client.client_config().set("linger.ms", "5").create()?;
     let schema = crate::input::avro::parse_schema("event schema", o.kind.schema())?;
     let mut x: u64 = 0x2545_F491_4F6C_DD1D ^ wall_ms() as u64;
     let start = Instant::now();

@@ -255,7 +255,7 @@ fn group_members(consumer: &BaseConsumer, group: &str) -> Result<Vec<String>, Re
 /// With membership from the log: the processes the claims topic shows live (heard from within
 /// the session timeout, and not gone since).
 fn log_members(k: &KafkaSpec) -> Result<Vec<String>, ReplayError> {
-    let mut logs = crate::kafka::raw_log::LogReader::connect(&k.bootstrap_servers)
+    let mut logs = crate::kafka::raw_log::LogReader::connect(&k.brokers)
         .and_then(|mut reader| reader.committed(&k.claims_topic, |p| p == 0, |_| 0))
         .map_err(ReplayError::Read)?;
     let log = logs.remove(&0).unwrap_or_default();
@@ -301,7 +301,7 @@ fn check_group_is_empty(
         // A group that moved to membership from the log by itself (its consumer group stopped
         // assigning) has its members in the claims topic.
         let members = if k.log_membership
-            || crate::kafka::members::GroupDecisions::read(&k.bootstrap_servers, &k.claims_topic)
+            || crate::kafka::members::GroupDecisions::read(&k.brokers, &k.claims_topic)
                 .log_membership
         {
             log_members(k)?
@@ -365,7 +365,7 @@ fn committed_input(
 ) -> Result<(Option<i64>, crate::state::store::Lineage), RawLogError> {
     if k.repartition {
         let (m, _) = source_markers(
-            &k.bootstrap_servers,
+            &k.brokers,
             &k.offsets_topic,
             marker_partition(p, offsets_partitions),
             offsets_partitions,
@@ -374,7 +374,7 @@ fn committed_input(
         )?;
         Ok((m.committed, m.lineage))
     } else {
-        committed_now(&k.bootstrap_servers, &k.changelog_topic, p)
+        committed_now(&k.brokers, &k.changelog_topic, p)
     }
 }
 
@@ -463,7 +463,7 @@ pub fn plan(
     let mut other_definition = false;
     // Where each input begins is read from the log itself, not from the broker's earliest offset
     // (see kafka::quirks::EARLIEST_OFFSET_PAST_RECORDS).
-    let mut logs = crate::kafka::raw_log::LogReader::connect(&k.bootstrap_servers)?;
+    let mut logs = crate::kafka::raw_log::LogReader::connect(&k.brokers)?;
     for (topic, p) in &inputs {
         let p = *p;
         let (_, high) = consumer
@@ -511,7 +511,7 @@ pub fn plan(
                 let (_, high) = consumer
                     .fetch_watermarks(&k.repartition_topic, r, timeout)
                     .map_err(kafka_err("reading the repartition topic's end"))?;
-                let (_, lineage) = committed_now(&k.bootstrap_servers, &k.changelog_topic, r)?;
+                let (_, lineage) = committed_now(&k.brokers, &k.changelog_topic, r)?;
                 epoch = epoch.max(lineage.epoch);
                 repartition_ends.insert(r, high);
             }

@@ -7,6 +7,7 @@
 
 use crate::format::pane::PaneRecord;
 use crate::kafka::raw_log::{Following, LogReader, RawLogError, RawRecord};
+use crate::kafka::secure::Brokers;
 use std::time::Duration;
 
 /// A window as local times: the start in full, the end as a time when it is on the same day.
@@ -89,13 +90,13 @@ pub fn line(row: &PaneRecord, tz: &impl chrono::TimeZone<Offset: std::fmt::Displ
 /// once; polls every `every`, and stops once every partition is read to its end when `once` is
 /// set. A partition added to the topic is followed from the next poll on.
 pub fn follow(
-    bootstrap: &str,
+    brokers: &Brokers,
     topic: &str,
     once: bool,
     every: Duration,
     mut show: impl FnMut(&RawRecord) -> Result<(), RawLogError>,
 ) -> Result<(), RawLogError> {
-    let mut reader = LogReader::connect(bootstrap)?;
+    let mut reader = LogReader::connect(brokers)?;
     let mut following = Following::new(topic);
     let mut fresh = Vec::new();
     loop {

@@ -8,9 +8,8 @@ use clap::Args;
 /// on a dead-letter topic, that each source record is dead-lettered once).
 #[derive(Debug, Args)]
 pub struct Audit {
-    /// Bootstrap servers.
-    #[arg(long, env = "TIDEMARK_BOOTSTRAP_SERVERS")]
-    bootstrap_servers: String,
+    #[command(flatten)]
+    connection: super::connection::Connection,
     /// The topic to audit.
     #[arg(long)]
     topic: String,
@@ -28,7 +27,8 @@ impl Audit {
     pub fn execute(self) -> anyhow::Result<i32> {
         let decoder = crate::format::Decoder::new(parse_framing(self.avro.as_deref())?);
         let topic = &self.topic;
-        let log = crate::kafka::raw_log::read_topic(&self.bootstrap_servers, topic)?;
+        let settings = self.connection.settings()?;
+        let log = crate::kafka::raw_log::read_topic(&settings.brokers, topic)?;
         let report = audit::check_panes(&log.committed);
         if self.print {
             for r in &log.committed {

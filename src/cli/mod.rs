@@ -14,6 +14,7 @@
 //! * [`probe`] — a container health check.
 
 pub mod audit;
+mod connection;
 pub mod explain;
 mod pipeline;
 pub mod probe;

@@ -6,9 +6,8 @@ use clap::Args;
 /// Produce synthetic clickstream, payment or sensor events to a topic.
 #[derive(Debug, Args)]
 pub struct Produce {
-    /// Bootstrap servers.
-    #[arg(long, env = "TIDEMARK_BOOTSTRAP_SERVERS")]
-    bootstrap_servers: String,
+    #[command(flatten)]
+    connection: super::connection::Connection,
     /// Target topic (created when missing).
     #[arg(long)]
     topic: String,
@@ -62,7 +61,7 @@ impl Produce {
             (other, _) => anyhow::bail!("unknown --format {other:?}: json, avro or avro-confluent"),
         };
         let sent = produce::run(&produce::ProduceOptions {
-            bootstrap_servers: self.bootstrap_servers,
+            client: self.connection.settings()?,
             topic: self.topic.clone(),
             partitions: self.partitions,
             events: self.events,

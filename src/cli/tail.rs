@@ -7,9 +7,8 @@ use clap::Args;
 /// local time, timing, pane, count, aggregates), each once; Ctrl-C stops it.
 #[derive(Debug, Args)]
 pub struct Tail {
-    /// Bootstrap servers.
-    #[arg(long, env = "TIDEMARK_BOOTSTRAP_SERVERS")]
-    bootstrap_servers: String,
+    #[command(flatten)]
+    connection: super::connection::Connection,
     /// The output topic.
     #[arg(long)]
     topic: String,
@@ -27,8 +26,9 @@ impl Tail {
         let decoder = crate::format::Decoder::new(parse_framing(self.avro.as_deref())?);
         let mut header_for: Option<Vec<String>> = None;
         let local = chrono::Local;
+        let settings = self.connection.settings()?;
         crate::tail::follow(
-            &self.bootstrap_servers,
+            &settings.brokers,
             &self.topic,
             self.once,
             std::time::Duration::from_millis(500),

@@ -2,6 +2,8 @@
 
 use super::checker::Checker;
 use super::{KafkaSpec, OffsetReset, RawConfig, RawKafka};
+use crate::kafka::secure::{is_secret, Brokers, Secret, Security};
+use std::collections::BTreeMap;
 
 pub(super) fn validate_kafka(cfg: &RawConfig, k: &RawKafka, c: &mut Checker) -> Option<KafkaSpec> {
     let app = k.application_id.clone().unwrap_or_else(|| cfg.name.clone());
@@ -161,20 +163,8 @@ pub(super) fn validate_kafka(cfg: &RawConfig, k: &RawKafka, c: &mut Checker) -> 
             format!("{other:?} is not \"group\" or \"log\""),
         ),
     }
-    // The raw-log reader (restore, claims, membership from the log, the hop's second stage)
-    // speaks the Kafka protocol over plain TCP: a client that reached the broker over TLS or SASL
-    // while that reader could not would fail at its first restore, not here.
-    if let Some(protocol) = k.properties.get("security.protocol") {
-        if !protocol.eq_ignore_ascii_case("plaintext") {
-            c.fail(
-                "kafka.properties.security.protocol",
-                format!(
-                    "{protocol:?}: tidemark reaches brokers over PLAINTEXT only (TLS and SASL \
-                     are not built yet)"
-                ),
-            );
-        }
-    }
+    let (properties, secrets) = resolve_properties(&k.properties, c);
+    let security = security_of(&properties, &secrets, c);
     if let Some(strategy) = k.properties.get("partition.assignment.strategy") {
         if let Err(e) = crate::kafka::assignor::protocol_of(strategy) {
             c.fail(
@@ -235,7 +225,7 @@ pub(super) fn validate_kafka(cfg: &RawConfig, k: &RawKafka, c: &mut Checker) -> 
         format!("{}-{nanos:x}", std::process::id())
     });
     Some(KafkaSpec {
-        bootstrap_servers: k.bootstrap_servers.clone(),
+        brokers: Brokers::new(k.bootstrap_servers.trim(), security?),
         static_membership: k.static_membership.unwrap_or(false),
         log_membership: k.membership.as_deref() == Some("log"),
         instance_id,
@@ -262,9 +252,139 @@ pub(super) fn validate_kafka(cfg: &RawConfig, k: &RawKafka, c: &mut Checker) -> 
         target_backlog: target_backlog?,
         state_memory: state_memory?,
         cache_memory: cache_memory?,
-        properties: k.properties.clone(),
+        properties,
+        secrets,
         application_id: app,
     })
+}
+
+/// How a command outside a pipeline (`produce`, `audit`, `tail`, `probe`) reaches a cluster:
+/// the brokers with their security, and the librdkafka properties for its clients.
+#[derive(Debug, Clone)]
+pub struct ClientSettings {
+    /// The cluster and how connections to it are secured.
+    pub brokers: Brokers,
+    /// The librdkafka properties that may be shown.
+    pub properties: BTreeMap<String, String>,
+    /// The librdkafka properties that hold secrets.
+    pub secrets: BTreeMap<String, Secret>,
+}
+
+impl ClientSettings {
+    /// Reads the settings from `bootstrap` and librdkafka `properties` (values may be
+    /// `${env:NAME}` or `${file:PATH}`); every problem is listed.
+    pub fn new(
+        bootstrap: &str,
+        properties: &BTreeMap<String, String>,
+    ) -> Result<ClientSettings, super::ConfigError> {
+        let mut c = Checker::default();
+        if bootstrap.trim().is_empty() {
+            c.fail("bootstrap_servers", "must not be empty");
+        }
+        let (properties, secrets) = resolve_properties(properties, &mut c);
+        let security = security_of(&properties, &secrets, &mut c);
+        match security {
+            Some(security) if c.is_clean() => Ok(ClientSettings {
+                brokers: Brokers::new(bootstrap.trim(), security),
+                properties,
+                secrets,
+            }),
+            _ => Err(super::ConfigError::Invalid(c.violations)),
+        }
+    }
+
+    /// A librdkafka configuration with these settings.
+    pub fn client_config(&self) -> rdkafka::ClientConfig {
+        let mut c = rdkafka::ClientConfig::new();
+        c.set("bootstrap.servers", self.brokers.bootstrap());
+        for (key, value) in &self.properties {
+            c.set(key, value);
+        }
+        for (key, value) in &self.secrets {
+            c.set(key, value.expose());
+        }
+        c
+    }
+}
+
+/// The security settings the properties and secrets give, each problem recorded in `c` under
+/// `kafka.properties.<name>`.
+fn security_of(
+    properties: &BTreeMap<String, String>,
+    secrets: &BTreeMap<String, Secret>,
+    c: &mut Checker,
+) -> Option<Security> {
+    let mut all = properties.clone();
+    all.extend(
+        secrets
+            .iter()
+            .map(|(key, v)| (key.clone(), v.expose().to_string())),
+    );
+    match Security::from_properties(&all) {
+        Ok(s) => Some(s),
+        Err(problems) => {
+            for (key, message) in problems {
+                c.fail(&format!("kafka.properties.{key}"), message);
+            }
+            None
+        }
+    }
+}
+
+/// The librdkafka properties with every value of the form `${env:NAME}` or `${file:PATH}` read
+/// from the environment variable or the file (its text, without the final line break), split
+/// into the ones that may be shown and the secrets ([`is_secret`]), which no output shows. A
+/// variable that is not set or a file that cannot be read is a violation; its message never
+/// holds a value.
+fn resolve_properties(
+    given: &BTreeMap<String, String>,
+    c: &mut Checker,
+) -> (BTreeMap<String, String>, BTreeMap<String, Secret>) {
+    let mut shown = BTreeMap::new();
+    let mut secrets = BTreeMap::new();
+    for (key, value) in given {
+        let field = format!("kafka.properties.{key}");
+        let resolved = match value
+            .strip_prefix("${")
+            .and_then(|v| v.strip_suffix('}'))
+            .and_then(|v| v.split_once(':'))
+        {
+            Some(("env", name)) => match std::env::var(name) {
+                Ok(v) => v,
+                Err(_) => {
+                    c.fail(
+                        &field,
+                        format!("names the environment variable {name}, which is not set"),
+                    );
+                    continue;
+                }
+            },
+            Some(("file", path)) => match std::fs::read_to_string(path) {
+                Ok(v) => v.strip_suffix('\n').unwrap_or(&v).to_string(),
+                Err(e) => {
+                    c.fail(
+                        &field,
+                        format!("names the file {path}, which cannot be read: {e}"),
+                    );
+                    continue;
+                }
+            },
+            Some((other, _)) if !other.contains(char::is_whitespace) => {
+                c.fail(
+                    &field,
+                    format!("${{{other}:...}} is not known: use ${{env:NAME}} or ${{file:PATH}}"),
+                );
+                continue;
+            }
+            _ => value.clone(),
+        };
+        if is_secret(key) {
+            secrets.insert(key.clone(), Secret::new(resolved));
+        } else {
+            shown.insert(key.clone(), resolved);
+        }
+    }
+    (shown, secrets)
 }
 
 /// The bytes of one output record: `[kafka.properties] "message.max.bytes"` (the producer's

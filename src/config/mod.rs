@@ -2,7 +2,9 @@
 //!
 //! Loading has three steps. The file is parsed into a TOML tree; environment variables named
 //! `TIDEMARK__SECTION__FIELD` (double underscores separate path segments, array items are
-//! numbered: `TIDEMARK__AGGREGATIONS__0__FIELD`) replace or add leaves of that tree; the tree is
+//! numbered: `TIDEMARK__AGGREGATIONS__0__FIELD`; in a librdkafka property's name single
+//! underscores stand for dots: `TIDEMARK__KAFKA__PROPERTIES__SASL_PASSWORD`) replace or add
+//! leaves of that tree; the tree is
 //! deserialized with serde into [`RawConfig`], which rejects unknown keys. Then
 //! [`RawConfig::validate`] checks every rule and reports *all* violations at once, or returns the
 //! typed [`PipelineSpec`] the engine runs, together with warnings.
@@ -209,8 +211,8 @@ pub struct RawKafka {
 /// The validated `[kafka]` section.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KafkaSpec {
-    /// Bootstrap servers.
-    pub bootstrap_servers: String,
+    /// The cluster: its bootstrap servers and how every connection to it is secured.
+    pub brokers: crate::kafka::secure::Brokers,
     /// Consumer group id.
     pub application_id: String,
     /// This member's id.
@@ -266,8 +268,12 @@ pub struct KafkaSpec {
     pub state_memory: usize,
     /// Bytes of window state each partition keeps in memory.
     pub cache_memory: usize,
-    /// Extra librdkafka properties.
+    /// Extra librdkafka properties, secrets left out (`${env:...}` and `${file:...}` values
+    /// read).
     pub properties: std::collections::BTreeMap<String, String>,
+    /// The librdkafka properties that hold secrets (passwords, client secrets, keys): given to
+    /// the clients, never shown.
+    pub secrets: std::collections::BTreeMap<String, crate::kafka::secure::Secret>,
 }
 
 /// Where fields are in an input event.
@@ -865,10 +871,15 @@ pub fn load(
 }
 
 fn apply_override(tree: &mut toml::Table, name: &str, value: &str) -> Result<(), ConfigError> {
-    let path: Vec<String> = name[ENV_PREFIX.len()..]
+    let mut path: Vec<String> = name[ENV_PREFIX.len()..]
         .split("__")
         .map(|s| s.to_ascii_lowercase())
         .collect();
+    // librdkafka's property names are dotted, which environment variables cannot be:
+    // `TIDEMARK__KAFKA__PROPERTIES__SASL_PASSWORD` sets `sasl.password`.
+    if path.len() == 3 && path[0] == "kafka" && path[1] == "properties" {
+        path[2] = path[2].replace('_', ".");
+    }
     if path.iter().any(|s| s.is_empty()) {
         return Err(ConfigError::Parse(format!(
             "environment override {name}: empty path segment"
@@ -928,6 +939,7 @@ mod engine;
 mod input;
 mod io;
 mod kafka;
+pub use kafka::ClientSettings;
 mod rows;
 mod sink;
 mod validate;

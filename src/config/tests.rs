@@ -218,7 +218,56 @@ fn a_kafka_section_validates_with_defaults() {
         "broker:9093".to_string(),
     )];
     let (spec, _) = parse_raw(&text, env).unwrap().validate().unwrap();
-    assert_eq!(spec.kafka.unwrap().bootstrap_servers, "broker:9093");
+    assert_eq!(spec.kafka.unwrap().brokers.bootstrap(), "broker:9093");
+}
+
+#[test]
+fn a_secured_cluster_takes_its_secrets_from_the_environment_and_never_shows_them() {
+    let text = format!("{GOOD}{KAFKA}").replace(
+        "\"session.timeout.ms\" = \"6000\"",
+        "\"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanism\" = \"SCRAM-SHA-512\"\n\"sasl.password\" = \"${env:TEST_SECRET_A}\"",
+    );
+    // The user name from an override: single underscores stand for the dots.
+    let env = vec![(
+        "TIDEMARK__KAFKA__PROPERTIES__SASL_USERNAME".to_string(),
+        "alice".to_string(),
+    )];
+    std::env::set_var("TEST_SECRET_A", "hunter2-in-env");
+    let (spec, _) = parse_raw(&text, env).unwrap().validate().unwrap();
+    let k = spec.kafka.clone().unwrap();
+    let sasl = k.brokers.security().sasl.clone().unwrap();
+    assert_eq!(sasl.username, "alice");
+    assert_eq!(sasl.password.expose(), "hunter2-in-env");
+    assert_eq!(k.secrets["sasl.password"].expose(), "hunter2-in-env");
+    assert!(!k.properties.contains_key("sasl.password"));
+    assert!(
+        !format!("{spec:?}").contains("hunter2"),
+        "a Debug print shows the secret"
+    );
+    // A variable that is not set is named; no value is shown.
+    let missing = text.replace("TEST_SECRET_A", "TEST_SECRET_NOT_SET");
+    let ConfigError::Invalid(v) = parse_raw(&missing, no_env())
+        .unwrap()
+        .validate()
+        .unwrap_err()
+    else {
+        panic!("expected violations")
+    };
+    let text = v
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        text.contains(
+            "kafka.properties.sasl.password: names the environment variable TEST_SECRET_NOT_SET"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("kafka.properties.sasl.username: is needed"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -254,7 +303,7 @@ fn bad_kafka_settings_are_all_listed() {
         )
         .replace(
             "\"session.timeout.ms\" = \"6000\"",
-            "\"transactional.id\" = \"mine\"\n\"security.protocol\" = \"SASL_SSL\"\n\"auto.offset.reset\" = \"error\"\n\"partition.assignment.strategy\" = \"range,cooperative-sticky\"",
+            "\"transactional.id\" = \"mine\"\n\"security.protocol\" = \"SASL_TLS\"\n\"auto.offset.reset\" = \"error\"\n\"partition.assignment.strategy\" = \"range,cooperative-sticky\"",
         )
         .replace("[kafka]\n", "[kafka]\nstatic_membership = true\n");
     let ConfigError::Invalid(v) = parse_raw(&text, no_env()).unwrap().validate().unwrap_err()

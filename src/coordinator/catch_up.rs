@@ -9,6 +9,7 @@
 use super::parts::{Part, Source};
 use super::settings::{Settings, Topology};
 use crate::kafka::raw_log::LogReader;
+use crate::kafka::secure::Brokers;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -37,10 +38,10 @@ pub(super) struct CatchUp {
 }
 
 impl CatchUp {
-    /// No look yet; the connection to `bootstrap` is opened at the first look.
-    pub(super) fn new(bootstrap: &str) -> CatchUp {
+    /// No look yet; the connection to `brokers` is opened at the first look.
+    pub(super) fn new(brokers: &Brokers) -> CatchUp {
         CatchUp {
-            reader: LogReader::lazy(bootstrap),
+            reader: LogReader::lazy(brokers),
             looks: HashMap::new(),
         }
     }
@@ -145,7 +146,7 @@ mod tests {
 
     #[test]
     fn a_look_counts_only_from_its_own_position_and_until_it_is_stale() {
-        let mut c = CatchUp::new("127.0.0.1:9");
+        let mut c = CatchUp::new(&Brokers::plaintext("127.0.0.1:9"));
         assert!(c.due("in", 0, 10), "never looked at");
         assert!(!c.is_caught_up("in", 0, 10), "unknown is not caught up");
         record(&mut c.looks, "in", 0, 10, true);

@@ -37,6 +37,7 @@
 use super::errors::{Cause, CycleError};
 use super::transaction::Transaction;
 use crate::kafka::raw_log::{LogReader, RawLogError, RawRecord};
+use crate::kafka::secure::Brokers;
 use crate::kafka::{assignor, roster};
 use rdkafka::producer::BaseRecord;
 use std::collections::HashMap;
@@ -212,11 +213,11 @@ impl Claims {
     /// (older claims concern older owners), knowing whether the group moved to the eager
     /// rebalance protocol.
     pub(super) fn start(
-        bootstrap: &str,
+        brokers: &Brokers,
         topic: &str,
         instance_id: &str,
     ) -> Result<Claims, RawLogError> {
-        let mut reader = LogReader::connect(bootstrap)?;
+        let mut reader = LogReader::connect(brokers)?;
         let (records, end) = reader.raw(topic, 0, 0)?;
         let mut book = ClaimBook::new(process_token(instance_id), end);
         book.read(data(&records), end);

@@ -22,6 +22,11 @@ pub enum RunError {
     /// A fatal Kafka error or fencing: the process must stop.
     #[error("fatal: {0}")]
     Fatal(#[source] Cause),
+    /// The cluster cannot be reached as configured: a certificate not trusted, credentials
+    /// refused, a mechanism not offered, a listener that speaks another protocol. Never retried:
+    /// the same settings fail the same way. The sentence says what to fix.
+    #[error("cannot connect to the cluster: {0}")]
+    Access(#[source] crate::kafka::secure::ConnectError),
 }
 
 /// What failed, and why: the cause every coordinator error keeps. Kafka errors keep their type,

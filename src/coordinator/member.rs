@@ -96,7 +96,7 @@ impl Core {
             _ => None,
         };
         Core {
-            catch_up: CatchUp::new(&p.s.k.bootstrap_servers),
+            catch_up: CatchUp::new(&p.s.k.brokers),
             s: p.s,
             store: p.store,
             txn: p.txn,

@@ -186,6 +186,9 @@ pub fn run(
         Mode::Windows if spec.rows.is_some() => Mode::Rows,
         other => other,
     };
+    if !setup::check_access(&k, &stop)? {
+        return Ok(());
+    }
     let layout = ensure_topics(&k, mode)?;
     let topology = match mode {
         Mode::Passthrough => Topology::Passthrough,
@@ -204,8 +207,8 @@ pub fn run(
     std::fs::create_dir_all(&k.state_dir)
         .map_err(|e| RunError::Startup(Cause::part(k.state_dir.display().to_string(), e)))?;
     let store = open_store(&k, &layout, mode)?;
-    let claims = claims::Claims::start(&k.bootstrap_servers, &k.claims_topic, &k.instance_id)
-        .map_err(|e| {
+    let claims =
+        claims::Claims::start(&k.brokers, &k.claims_topic, &k.instance_id).map_err(|e| {
             RunError::Startup(Cause::part(
                 format!("reading the claims topic {}", k.claims_topic),
                 e,

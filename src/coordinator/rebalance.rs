@@ -274,7 +274,7 @@ pub(super) fn rejoin<C: ConsumerContext>(
     }
     // A static member does not leave when it unsubscribes: remove its registration.
     if let Err(e) = crate::kafka::group::remove_static_members(
-        &k.bootstrap_servers,
+        &k.brokers,
         &k.application_id,
         &[k.instance_id.as_str()],
     ) {

@@ -225,7 +225,7 @@ impl Restorer<'_> {
     /// Reads input partition `topic`/`p`'s markers from the offsets topic.
     fn read_source(&self, topic: &str, p: i32) -> Result<SourceMarkers, RunError> {
         sources::restore(
-            &self.s.k.bootstrap_servers,
+            &self.s.k.brokers,
             &self.s.k.offsets_topic,
             self.s.offsets_partitions,
             topic,
@@ -335,14 +335,7 @@ fn restore_with_retry(
 ) -> Result<RestoreStats, RunError> {
     let mut attempt = 0u32;
     loop {
-        match restore(
-            store,
-            cf,
-            &k.bootstrap_servers,
-            &k.changelog_topic,
-            p,
-            policy,
-        ) {
+        match restore(store, cf, &k.brokers, &k.changelog_topic, p, policy) {
             Ok(stats) => return Ok(stats),
             Err(RestoreError::Read(e)) if attempt < 6 => {
                 attempt += 1;

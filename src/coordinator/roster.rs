@@ -38,7 +38,7 @@ pub(super) fn start(
     config.remove("transactional.id");
     Roster::start(
         config,
-        &k.bootstrap_servers,
+        &k.brokers,
         &k.claims_topic,
         token,
         parts,

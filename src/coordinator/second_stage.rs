@@ -47,7 +47,7 @@ pub(super) struct SecondStage {
 impl SecondStage {
     /// Connects to the repartition topic of `k`; no partition is followed yet.
     pub(super) fn connect(k: &KafkaSpec) -> Result<SecondStage, RunError> {
-        let reader = LogReader::connect(&k.bootstrap_servers)
+        let reader = LogReader::connect(&k.brokers)
             .map_err(|e| RunError::Startup(Cause::part("reading the repartition topic", e)))?;
         Ok(SecondStage {
             reader,

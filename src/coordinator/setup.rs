@@ -13,6 +13,7 @@ use crate::state::store::{StateStore, StoreConfig};
 use crate::windowing::engine::WINDOW_OPERATOR;
 use rdkafka::admin::{NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -73,6 +74,41 @@ fn partition_counts(probe: &BaseConsumer) -> Result<BTreeMap<String, i32>, RunEr
 /// (`repartition_partitions`, or the largest input) and the offsets topic (the largest input). A
 /// repartition topic that exists with another partition count, or a changelog with fewer
 /// partitions than there are windowing partitions, is refused.
+/// Opens one connection to the first bootstrap server as the raw-log reader does (TLS, SASL,
+/// `ApiVersions`) before any librdkafka client is made: settings that cannot work (a certificate
+/// not trusted, credentials refused, a listener that speaks another protocol) fail here at once,
+/// with what to fix, instead of as clients that retry for ever. A broker that cannot be reached
+/// yet is waited for (the member is alive and not ready meanwhile) until `stop` is requested;
+/// returns whether it was reached.
+pub(super) fn check_access(k: &KafkaSpec, stop: &super::Stop) -> Result<bool, RunError> {
+    use crate::kafka::raw_log::{RawClient, RawLogError};
+    use std::sync::atomic::Ordering;
+    let mut pause = Duration::from_millis(200);
+    loop {
+        match RawClient::open(k.brokers.first(), k.brokers.security()) {
+            Ok(_) => return Ok(true),
+            Err(RawLogError::Connect(e)) if e.is_retryable() => {
+                tracing::warn!(error = %e, "the cluster cannot be reached yet; trying again");
+            }
+            Err(RawLogError::Connect(e)) => return Err(RunError::Access(e)),
+            Err(e) => {
+                return Err(RunError::Startup(Cause::part(
+                    format!("connecting to {}", k.brokers.first()),
+                    e,
+                )))
+            }
+        }
+        let waited = std::time::Instant::now();
+        while waited.elapsed() < pause {
+            if stop.requested().load(Ordering::Relaxed) {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
 pub(super) fn ensure_topics(k: &KafkaSpec, mode: Mode) -> Result<Layout, RunError> {
     let probe: BaseConsumer = crate::clients::base_config(k)
         .create()
@@ -83,19 +119,26 @@ pub(super) fn ensure_topics(k: &KafkaSpec, mode: Mode) -> Result<Layout, RunErro
         // Ask for the topic itself too: a cluster's metadata can lag behind a new topic.
         let n = match counts.get(t) {
             Some(&n) => n,
-            None => probe
-                .fetch_metadata(Some(t), Duration::from_secs(10))
-                .ok()
-                .and_then(|m| {
-                    m.topics()
-                        .first()
-                        .filter(|x| x.error().is_none())
-                        .map(|x| x.partitions().len() as i32)
-                })
-                .filter(|&n| n > 0)
-                .ok_or_else(|| {
-                    RunError::Startup(Cause::found(format!("input topic {t} does not exist")))
-                })?,
+            None => {
+                let meta = probe.fetch_metadata(Some(t), Duration::from_secs(10)).ok();
+                let found = meta.as_ref().and_then(|m| m.topics().first());
+                if let Some(e) = found.and_then(|x| x.error()) {
+                    if RDKafkaErrorCode::from(e) == RDKafkaErrorCode::TopicAuthorizationFailed {
+                        return Err(RunError::Startup(Cause::found(format!(
+                            "not authorized to read input topic {t}: the member's principal \
+                             needs DESCRIBE and READ on it (docs/operations.md lists every \
+                             permission a member needs)"
+                        ))));
+                    }
+                }
+                found
+                    .filter(|x| x.error().is_none())
+                    .map(|x| x.partitions().len() as i32)
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| {
+                        RunError::Startup(Cause::found(format!("input topic {t} does not exist")))
+                    })?
+            }
         };
         inputs.push((t.clone(), n));
     }

@@ -13,6 +13,7 @@ use crate::changelog::{
     source_marker_key, source_markers, OpenDecision, OpenPolicy, SourceMarkers,
     MARKER_PARTITIONS_HEADER, OFFSET_MARKER_KEY, SOURCE_WATERMARK_HEADER,
 };
+use crate::kafka::secure::Brokers;
 use rdkafka::message::{Header, OwnedHeaders};
 
 pub(super) use crate::changelog::marker_partition as offsets_partition;
@@ -45,7 +46,7 @@ pub(super) fn marker_key(topic: &str, p: i32) -> Vec<u8> {
 /// Open transactions are waited for as a restore waits for them ([`OpenPolicy`]): a marker whose
 /// transaction has not resolved yet may still commit, and missing it would read input again.
 pub(super) fn restore(
-    bootstrap: &str,
+    brokers: &Brokers,
     offsets_topic: &str,
     offsets_partitions: i32,
     topic: &str,
@@ -55,7 +56,7 @@ pub(super) fn restore(
     let started = crate::clock::wall_ms();
     loop {
         let (state, log) = source_markers(
-            bootstrap,
+            brokers,
             offsets_topic,
             offsets_partition(p, offsets_partitions),
             offsets_partitions,

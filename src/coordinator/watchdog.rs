@@ -33,6 +33,7 @@ use crate::kafka::group::{
 };
 use crate::kafka::quirks::phantom_leader::{self, LeaderCheck};
 use crate::kafka::raw_log::LogReader;
+use crate::kafka::secure::Brokers;
 use crate::metrics as m;
 use metrics::gauge;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -107,7 +108,7 @@ impl Watchdog {
         let rejoin = Arc::new(AtomicU32::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let group = k.application_id.clone();
-        let bootstrap = k.bootstrap_servers.clone();
+        let brokers = k.brokers.clone();
         let (r, s) = (rejoin.clone(), stop.clone());
         std::thread::Builder::new()
             .name("tidemark-watchdog".into())
@@ -115,7 +116,7 @@ impl Watchdog {
                 let watched = Watched {
                     client,
                     group,
-                    bootstrap,
+                    brokers,
                     topics,
                     owned_here,
                     session_ms: session,
@@ -142,7 +143,7 @@ impl Watchdog {
 struct Watched {
     client: BaseConsumer,
     group: String,
-    bootstrap: String,
+    brokers: Brokers,
     topics: Vec<String>,
     owned_here: Held,
     /// The members' session timeout.
@@ -154,7 +155,7 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicU32>, stop: Arc<AtomicBool
     let mut wedge = WedgeWatch::new(bound_ms);
     let mut blind_wedge = BlindWatch::new(bound_ms);
     let mut stalls = StallWatch::default();
-    let mut reader = LogReader::lazy(&w.bootstrap);
+    let mut reader = LogReader::lazy(&w.brokers);
     let mut said_blind = false;
     let mut wedges_in_a_row = 0u32;
     let mut counts: Option<(std::time::Instant, BTreeMap<String, i32>)> = None;
@@ -236,7 +237,7 @@ fn watch(w: Watched, bound_ms: i64, rejoin: Arc<AtomicU32>, stop: Arc<AtomicBool
 /// the broker kept after evicting it ([`crate::kafka::quirks::STATIC_PHANTOM_LEADER`]).
 fn clear_phantom_leader(w: &Watched) {
     let session = std::time::Duration::from_millis(w.session_ms.max(1) as u64);
-    match phantom_leader::clear(&w.bootstrap, &w.group, session) {
+    match phantom_leader::clear(&w.brokers, &w.group, session) {
         Ok(LeaderCheck::Cleared(leader)) => tracing::warn!(
             group = %w.group,
             leader = %leader,

@@ -301,7 +301,7 @@ pub fn run(
     // Who reads which partition: the broker's consumer group, or membership from the log in a
     // topic of the sink's own (`kafka.membership = "log"`).
     let mut share = Share::start(k, &group, &topics)?;
-    let mut reading = Reading::new(&k.bootstrap_servers, &topics, k.transaction_timeout);
+    let mut reading = Reading::new(&k.brokers, &topics, k.transaction_timeout);
     let mut pending = Pending::default();
     let mut last_commit = Instant::now();
     let interval = Duration::from_millis(batching.commit_interval as u64);

@@ -3,6 +3,7 @@
 
 use super::{Offsets, TopicPartition};
 use crate::kafka::raw_log::{Following, LogReader, RawRecord};
+use crate::kafka::secure::Brokers;
 use std::collections::BTreeMap;
 
 /// The sink's reader of the raw log and, per topic, the partitions it follows.
@@ -14,11 +15,11 @@ pub(super) struct Reading {
 }
 
 impl Reading {
-    /// Reads nothing yet of `topics`, on the brokers `bootstrap`. Transactions older than
+    /// Reads nothing yet of `topics`, on the brokers `brokers`. Transactions older than
     /// `transaction_timeout` (ms, the pipeline's) without a marker are given up as aborted.
-    pub(super) fn new(bootstrap: &str, topics: &[String], transaction_timeout: i64) -> Reading {
+    pub(super) fn new(brokers: &Brokers, topics: &[String], transaction_timeout: i64) -> Reading {
         Reading {
-            reader: LogReader::lazy(bootstrap),
+            reader: LogReader::lazy(brokers),
             topics: topics
                 .iter()
                 .map(|t| {

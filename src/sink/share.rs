@@ -87,8 +87,8 @@ impl Share {
     /// Joins the sink's group `group` over `topics`: the broker's consumer group, or membership
     /// from the log when the pipeline is configured with it or its group moved to it.
     pub(super) fn start(k: &KafkaSpec, group: &str, topics: &[String]) -> Result<Share, SinkError> {
-        let mut decisions = DecisionsWatch::new(&k.bootstrap_servers, &k.claims_topic);
-        let mut own = DecisionsWatch::new(&k.bootstrap_servers, &members_topic(group));
+        let mut decisions = DecisionsWatch::new(&k.brokers, &k.claims_topic);
+        let mut own = DecisionsWatch::new(&k.brokers, &members_topic(group));
         let decided = decisions.look();
         let how = if k.log_membership || decided.log_membership || own.look().log_membership {
             if !k.log_membership {
@@ -106,10 +106,7 @@ impl Share {
                 decisions,
                 own,
                 looked: Instant::now(),
-                watch: Watch::new(
-                    &k.bootstrap_servers,
-                    crate::kafka::roster::session(&k.properties),
-                ),
+                watch: Watch::new(&k.brokers, crate::kafka::roster::session(&k.properties)),
                 parts: Vec::new(),
                 parts_looked: None,
             }))
@@ -376,7 +373,7 @@ impl LogShare {
         );
         let roster = Roster::start(
             crate::clients::base_config(k),
-            &k.bootstrap_servers,
+            &k.brokers,
             &members,
             token,
             parts.clone(),

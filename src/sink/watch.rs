@@ -20,6 +20,7 @@
 use super::{Offsets, TopicPartition};
 use crate::kafka::group::{BlindWatch, StallWatch, Standing, Verdict};
 use crate::kafka::raw_log::LogReader;
+use crate::kafka::secure::Brokers;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -60,11 +61,11 @@ pub(super) struct Watch {
 }
 
 impl Watch {
-    /// A watchdog over the brokers `bootstrap` whose bound is a few of `session`.
-    pub(super) fn new(bootstrap: &str, session: Duration) -> Watch {
+    /// A watchdog over the brokers `brokers` whose bound is a few of `session`.
+    pub(super) fn new(brokers: &Brokers, session: Duration) -> Watch {
         let bound_ms = (session * SESSION_TIMEOUTS).as_millis() as i64;
         Watch {
-            reader: LogReader::lazy(bootstrap),
+            reader: LogReader::lazy(brokers),
             stall: StallWatch::default(),
             blind: BlindWatch::new(bound_ms),
             bound_ms,

@@ -33,7 +33,12 @@ fn text(o: &Output) -> String {
 /// Per changelog partition: the committed input offset and lineage, from the raw log.
 fn position(broker: &str) -> BTreeMap<i32, (Option<i64>, Lineage)> {
     (0..PARTITIONS)
-        .map(|p| (p, committed_now(broker, "scn-changelog", p).unwrap()))
+        .map(|p| {
+            (
+                p,
+                committed_now(&broker.into(), "scn-changelog", p).unwrap(),
+            )
+        })
         .collect()
 }
 

@@ -188,7 +188,7 @@ fn a_phantom_leader_wedges_the_group_until_the_watchdog_clears_it() {
 
     // The remedy names the phantom and clears it.
     assert_eq!(
-        clear_phantom_leader(&broker.addr, GROUP, SESSION).unwrap(),
+        clear_phantom_leader(&broker.addr.as_str().into(), GROUP, SESSION).unwrap(),
         LeaderCheck::Cleared(a.id.clone())
     );
 
@@ -225,7 +225,7 @@ fn a_phantom_leader_wedges_the_group_until_the_watchdog_clears_it() {
 
     // A healthy group is left alone.
     assert_eq!(
-        clear_phantom_leader(&broker.addr, GROUP, SESSION).unwrap(),
+        clear_phantom_leader(&broker.addr.as_str().into(), GROUP, SESSION).unwrap(),
         LeaderCheck::Member
     );
 }

@@ -255,6 +255,8 @@ fn the_crates_depend_on_each_other_along_the_layers() {
                 "anyhow",
                 "bytes",
                 "kafka-protocol",
+                // TLS for the raw-log reader: the OpenSSL librdkafka links.
+                "openssl",
                 "rdkafka",
                 "thiserror",
                 "tokio",

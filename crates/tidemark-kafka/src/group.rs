@@ -10,6 +10,7 @@
 //! than [`WedgeWatch`]'s bound.
 
 use super::raw_log::{connect, RawClient, RawLogError};
+use super::secure::Brokers;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::{
     ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, LeaveGroupRequest,
@@ -268,8 +269,8 @@ impl BlindWatch {
 }
 
 /// A client of `group`'s coordinator.
-pub(crate) fn coordinator(bootstrap: &str, group: &str) -> Result<RawClient, RawLogError> {
-    let mut client = connect(bootstrap)?;
+pub(crate) fn coordinator(brokers: &Brokers, group: &str) -> Result<RawClient, RawLogError> {
+    let mut client = connect(brokers)?;
     let found: FindCoordinatorResponse = client.request(
         ApiKey::FindCoordinator,
         2,
@@ -283,7 +284,10 @@ pub(crate) fn coordinator(bootstrap: &str, group: &str) -> Result<RawClient, Raw
             what: format!("finding the coordinator of group {group}"),
         });
     }
-    RawClient::connect(&format!("{}:{}", found.host.as_str(), found.port))
+    RawClient::open(
+        &format!("{}:{}", found.host.as_str(), found.port),
+        brokers.security(),
+    )
 }
 
 /// Removes static members from `group` by their instance ids, as Kafka's admin
@@ -294,11 +298,11 @@ pub(crate) fn coordinator(bootstrap: &str, group: &str) -> Result<RawClient, Raw
 /// answers UNKNOWN_MEMBER_ID here and removes nothing: the registration lasts until its session
 /// lapses. Returns how many members the broker says it removed.
 pub fn remove_static_members(
-    bootstrap: &str,
+    brokers: impl Into<Brokers>,
     group: &str,
     instance_ids: &[&str],
 ) -> Result<usize, RawLogError> {
-    let resp: LeaveGroupResponse = coordinator(bootstrap, group)?.request(
+    let resp: LeaveGroupResponse = coordinator(&brokers.into(), group)?.request(
         ApiKey::LeaveGroup,
         3,
         &LeaveGroupRequest::default()

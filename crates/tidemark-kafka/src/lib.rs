@@ -15,3 +15,4 @@ pub mod members;
 pub mod quirks;
 pub mod raw_log;
 pub mod roster;
+pub mod secure;

@@ -9,6 +9,7 @@ use super::roster::{
     parts_of, share, token_of, Liveness, TopicPartition, HEARTBEAT_KEY, LEAVE_KEY, MOVE_KEY,
     MOVE_VALUE,
 };
+use super::secure::Brokers;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use std::collections::BTreeSet;
@@ -63,13 +64,13 @@ pub struct Roster {
 
 impl Roster {
     /// Starts the roster of the process named `token` over `parts`, in `topic` (one partition)
-    /// on the brokers `bootstrap`: reads the topic to its end (processes heard from before are
+    /// on the cluster `brokers`: reads the topic to its end (processes heard from before are
     /// judged by their records' timestamps) and writes the first heartbeat. `producer` is the
     /// client's configuration (not transactional); `session` is how long a silent process stays
     /// live.
     pub fn start(
         mut producer: ClientConfig,
-        bootstrap: &str,
+        brokers: &Brokers,
         topic: &str,
         token: String,
         parts: Vec<TopicPartition>,
@@ -82,7 +83,7 @@ impl Roster {
             topic: topic.to_string(),
             source,
         };
-        let mut reader = LogReader::connect(bootstrap).map_err(read)?;
+        let mut reader = LogReader::connect(brokers).map_err(read)?;
         let (mut records, next) = reader.raw(topic, 0, 0).map_err(read)?;
         records.retain(|r| r.is_data());
         let wall = SystemTime::now()
@@ -204,8 +205,8 @@ pub struct GroupDecisions {
 impl GroupDecisions {
     /// Reads the decisions from partition 0 of `claims_topic` (where members write them), from
     /// its start. A topic that cannot be read (it may not exist yet) has decided nothing.
-    pub fn read(bootstrap: &str, claims_topic: &str) -> GroupDecisions {
-        DecisionsWatch::new(bootstrap, claims_topic).look()
+    pub fn read(brokers: impl Into<Brokers>, claims_topic: &str) -> GroupDecisions {
+        DecisionsWatch::new(brokers, claims_topic).look()
     }
 
     /// The decisions with those of one more claims record.
@@ -234,9 +235,9 @@ pub struct DecisionsWatch {
 
 impl DecisionsWatch {
     /// A watch over `claims_topic` that has read nothing yet.
-    pub fn new(bootstrap: &str, claims_topic: &str) -> DecisionsWatch {
+    pub fn new(brokers: impl Into<Brokers>, claims_topic: &str) -> DecisionsWatch {
         DecisionsWatch {
-            reader: LogReader::lazy(bootstrap),
+            reader: LogReader::lazy(brokers),
             following: {
                 let mut f = Following::new(claims_topic);
                 f.follow(0, 0);

@@ -3,6 +3,7 @@
 
 use crate::group::coordinator;
 use crate::raw_log::{RawClient, RawLogError};
+use crate::secure::Brokers;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::{
@@ -48,11 +49,11 @@ const EMPTY_SUBSCRIPTION: [u8; 10] = [0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff];
 /// Only for a group that is already wedged: on a healthy group the probe's joins would start a
 /// rebalance.
 pub fn clear(
-    bootstrap: &str,
+    brokers: &Brokers,
     group: &str,
     session_timeout: std::time::Duration,
 ) -> Result<LeaderCheck, RawLogError> {
-    let mut c = coordinator(bootstrap, group)?;
+    let mut c = coordinator(brokers, group)?;
     // A join can be held for the whole rebalance.
     c.set_read_timeout(session_timeout * 2 + std::time::Duration::from_secs(30))?;
     let gid = || GroupId(StrBytes::from_string(group.to_string()));

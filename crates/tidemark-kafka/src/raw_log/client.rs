@@ -2,47 +2,83 @@
 //! cluster's metadata, and connections to them opened on first use and again after an error.
 
 use super::*;
+use crate::secure::{Brokers, ConnectError, Security, Stream};
 use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
 use kafka_protocol::messages::fetch_request::FetchRequest;
 use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
 use kafka_protocol::messages::{
-    ApiKey, FetchResponse, MetadataResponse, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, ApiVersionsResponse, FetchResponse, MetadataResponse, RequestHeader, ResponseHeader,
+    TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
+
+/// How long a reply may take unless [`RawClient::set_read_timeout`] says otherwise.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The `ApiVersions` version of the first request on every connection (not a flexible one,
+/// which every broker answers).
+const API_VERSIONS_VERSION: i16 = 2;
 
 /// A minimal blocking Kafka protocol client: one connection, one request at a time. Tidemark reads
 /// the raw log and the group's state through it; tests also speak the group protocol with it.
 pub struct RawClient {
     addr: String,
-    stream: TcpStream,
+    stream: Stream,
     correlation: i32,
 }
 
 impl RawClient {
-    /// Connects to the broker at `addr` (host:port); a reply must come within 30 s.
+    /// Connects to the broker at `addr` (host:port) over plain TCP, without authentication; a
+    /// reply must come within 30 s.
     pub fn connect(addr: &str) -> Result<RawClient, RawLogError> {
-        let io = |source| RawLogError::Io {
-            addr: addr.to_string(),
-            source,
-        };
-        let stream = TcpStream::connect(addr).map_err(io)?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .map_err(io)?;
-        Ok(RawClient {
+        RawClient::open(addr, &Security::default())
+    }
+
+    /// Connects to the broker at `addr` as `security` says (TLS, then SASL), and asks which
+    /// API versions it supports, so that a listener that expects another protocol fails here,
+    /// with what to change, rather than at the first read.
+    pub fn open(addr: &str, security: &Security) -> Result<RawClient, RawLogError> {
+        let stream = Stream::open(addr, security, READ_TIMEOUT)?;
+        let mut client = RawClient {
             addr: addr.to_string(),
             stream,
             correlation: 0,
-        })
+        };
+        let versions: Result<ApiVersionsResponse, RawLogError> = client.request(
+            ApiKey::ApiVersions,
+            API_VERSIONS_VERSION,
+            &ApiVersionsRequest::default(),
+        );
+        match versions {
+            Ok(v) if v.error_code == 0 => {}
+            Ok(v) => {
+                return Err(RawLogError::Broker {
+                    code: v.error_code,
+                    what: format!("ApiVersions with {addr}"),
+                })
+            }
+            Err(RawLogError::Io { source, .. }) => {
+                return Err(ConnectError::NoAnswer {
+                    addr: addr.to_string(),
+                    reason: source.to_string(),
+                }
+                .into())
+            }
+            Err(e) => return Err(e),
+        }
+        if let Some(sasl) = &security.sasl {
+            super::sasl::authenticate(&mut client, addr, sasl)?;
+        }
+        Ok(client)
     }
 
     /// Sets how long a reply may take (a JoinGroup waits for the whole rebalance).
     pub fn set_read_timeout(&mut self, timeout: Duration) -> Result<(), RawLogError> {
         self.stream
+            .tcp()
             .set_read_timeout(Some(timeout))
             .map_err(|source| RawLogError::Io {
                 addr: self.addr.clone(),
@@ -100,9 +136,8 @@ impl RawClient {
 }
 
 /// Connects to the first bootstrap server.
-pub(crate) fn connect(bootstrap: &str) -> Result<RawClient, RawLogError> {
-    let addr = bootstrap.split(',').next().unwrap_or(bootstrap).trim();
-    RawClient::connect(addr.strip_prefix("PLAINTEXT://").unwrap_or(addr))
+pub(crate) fn connect(brokers: &Brokers) -> Result<RawClient, RawLogError> {
+    RawClient::open(brokers.first(), brokers.security())
 }
 
 /// The partitions of `topic` and the address of each one's leader, from the cluster's metadata.
@@ -149,7 +184,7 @@ pub(super) fn leaders(
 /// that fails is dropped and opened afresh next time: a broker that restarted closed the old one,
 /// and a reader that kept it would fail for ever.
 pub(super) struct Cluster {
-    addr: String,
+    brokers: Brokers,
     bootstrap: Option<RawClient>,
     leaders: HashMap<String, BTreeMap<i32, String>>,
     conns: HashMap<String, RawClient>,
@@ -158,19 +193,19 @@ pub(super) struct Cluster {
 impl Cluster {
     /// Connects to the first bootstrap server at once, so that a wrong address fails where the
     /// reader is made.
-    pub(super) fn connect(bootstrap: &str) -> Result<Cluster, RawLogError> {
+    pub(super) fn connect(brokers: Brokers) -> Result<Cluster, RawLogError> {
         Ok(Cluster {
-            addr: bootstrap.to_string(),
-            bootstrap: Some(connect(bootstrap)?),
+            bootstrap: Some(connect(&brokers)?),
+            brokers,
             leaders: HashMap::new(),
             conns: HashMap::new(),
         })
     }
 
     /// Opens no connection until the first read needs one.
-    pub(super) fn lazy(bootstrap: &str) -> Cluster {
+    pub(super) fn lazy(brokers: Brokers) -> Cluster {
         Cluster {
-            addr: bootstrap.to_string(),
+            brokers,
             bootstrap: None,
             leaders: HashMap::new(),
             conns: HashMap::new(),
@@ -181,7 +216,7 @@ impl Cluster {
     pub(super) fn refresh(&mut self, topic: &str) -> Result<&BTreeMap<i32, String>, RawLogError> {
         let client = match &mut self.bootstrap {
             Some(c) => c,
-            None => self.bootstrap.insert(connect(&self.addr)?),
+            None => self.bootstrap.insert(connect(&self.brokers)?),
         };
         match leaders(client, topic) {
             Ok(l) => Ok(self
@@ -238,8 +273,10 @@ impl Cluster {
     /// The connection to the broker at `addr`, opened on first use.
     pub(super) fn client(&mut self, addr: &str) -> Result<&mut RawClient, RawLogError> {
         if !self.conns.contains_key(addr) {
-            self.conns
-                .insert(addr.to_string(), RawClient::connect(addr)?);
+            self.conns.insert(
+                addr.to_string(),
+                RawClient::open(addr, self.brokers.security())?,
+            );
         }
         Ok(self.conns.get_mut(addr).expect("inserted"))
     }

@@ -10,9 +10,10 @@
 //! markers included, whatever became of its transaction), *peek* (whether data waits after an
 //! offset) and *follow* (partitions followed as they grow, each committed record handed on once).
 //!
-//! * `client` — one connection (`RawClient`), and the `Cluster` the reader reaches the brokers
-//!   through: the leader of each partition and a connection per leader, dropped and asked afresh
-//!   after an error;
+//! * `client` — one connection (`RawClient`: TLS and SASL as [`crate::secure`] says), and the
+//!   `Cluster` the reader reaches the brokers through: the leader of each partition and a
+//!   connection per leader, dropped and asked afresh after an error;
+//! * `sasl` — the SASL exchange on a fresh connection;
 //! * `fetch` — Fetch requests and their answers decoded into records;
 //! * `resolve` — the transaction resolver (pure, with its tests);
 //! * `reader` — `LogReader`, the one type callers hold, and its modes' entry points;
@@ -26,6 +27,7 @@ mod peek;
 mod raw;
 mod reader;
 mod resolve;
+mod sasl;
 
 pub(crate) use client::connect;
 pub use client::RawClient;
@@ -65,6 +67,9 @@ pub enum RawLogError {
     /// The broker's answer decodes but does not fit what was asked.
     #[error("protocol: {0}")]
     Protocol(String),
+    /// The connection could not be opened or authenticated.
+    #[error(transparent)]
+    Connect(#[from] crate::secure::ConnectError),
     /// The broker answered with an error code.
     #[error("broker error code {code} for {what}")]
     Broker {

@@ -4,6 +4,7 @@ use super::client::*;
 use super::follow::Following;
 use super::{committed, peek, raw};
 use super::{PartitionLog, RawLogError, RawRecord, TopicLog};
+use crate::secure::Brokers;
 use std::collections::BTreeMap;
 
 /// Reads the raw log of any topic, from each partition's leader, on connections kept from one read
@@ -33,17 +34,17 @@ impl std::fmt::Debug for LogReader {
 impl LogReader {
     /// Connects to the first of the `bootstrap` servers at once, so that a wrong address fails
     /// here.
-    pub fn connect(bootstrap: &str) -> Result<LogReader, RawLogError> {
+    pub fn connect(brokers: impl Into<Brokers>) -> Result<LogReader, RawLogError> {
         Ok(LogReader {
-            cluster: Cluster::connect(bootstrap)?,
+            cluster: Cluster::connect(brokers.into())?,
         })
     }
 
     /// Connects on the first read instead, and again on the read after one that failed: for a
     /// reader that lives as long as its owner and must outlast a broker's restart.
-    pub fn lazy(bootstrap: &str) -> LogReader {
+    pub fn lazy(brokers: impl Into<Brokers>) -> LogReader {
         LogReader {
-            cluster: Cluster::lazy(bootstrap),
+            cluster: Cluster::lazy(brokers.into()),
         }
     }
 
@@ -148,6 +149,6 @@ impl LogReader {
 
 /// Reads a topic's raw log from its start and resolves every transaction, on a connection of its
 /// own ([`LogReader::topic_log`]).
-pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicLog, RawLogError> {
-    LogReader::connect(bootstrap)?.topic_log(topic)
+pub fn read_topic(brokers: impl Into<Brokers>, topic: &str) -> Result<TopicLog, RawLogError> {
+    LogReader::connect(brokers)?.topic_log(topic)
 }
