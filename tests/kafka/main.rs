@@ -37,5 +37,6 @@ mod repartition;
 mod replay;
 mod run;
 mod scale;
+mod secured;
 mod sql;
 mod wedged_group;

@@ -1,0 +1,284 @@
+//! Secured Kafka: a pipeline, `audit` and the test's own clients over SASL_SSL with
+//! SCRAM-SHA-512 (`common::secured`: TLS and SASL fronts before a plaintext Tansu), settings
+//! that cannot work ending `tidemark run` at once with what to fix, and no secret in any output.
+//! The chaos run over SASL_SSL is in `chaos_hop`.
+
+use crate::common;
+
+use common::secured;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PARTITIONS: i32 = 3;
+
+/// The pipeline of `tests/kafka/run.rs` with `props` as its librdkafka properties.
+fn config(broker: &str, state: &Path, props: &BTreeMap<String, String>, metrics: u16) -> String {
+    let props: String = props
+        .iter()
+        .map(|(k, v)| format!("{k:?} = {v:?}\n"))
+        .collect();
+    format!(
+        r#"
+name = "sec"
+allowed_lateness = "2s"
+[metrics]
+address = "127.0.0.1:{metrics}"
+[input]
+key = "user"
+timestamp = "ts"
+[window]
+type = "tumbling"
+size = "1s"
+[watermark]
+max_out_of_orderness = "500ms"
+[[aggregations]]
+name = "n"
+op = "count"
+[[aggregations]]
+name = "total"
+op = "sum"
+field = "amount"
+[kafka]
+bootstrap_servers = "{broker}"
+application_id = "sec"
+repartition = false
+input_topic = "events"
+output_topic = "panes"
+dead_letter_topic = "dead"
+state_dir = "{}"
+commit_interval = "100ms"
+[kafka.properties]
+"session.timeout.ms" = "6000"
+"max.poll.interval.ms" = "10000"
+{props}"#,
+        state.display()
+    )
+}
+
+/// `tidemark ARGS...` with debug logging, to the end or for at most `limit`; its exit status
+/// (`None`: still running at the limit, then killed), standard output and error.
+fn tidemark(args: &[&str], limit: Duration) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let file = std::fs::File::create(&out).unwrap();
+    let mut child = Command::new(common::tidemark_bin())
+        .args(args)
+        .env("TIDEMARK_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    (status, std::fs::read_to_string(&out).unwrap())
+}
+
+/// Whether `topic` holds no committed record (or does not exist).
+fn untouched(broker: &str, topic: &str) -> bool {
+    tidemark::kafka::raw_log::read_topic(secured::brokers(broker), topic)
+        .map_or(true, |log| log.committed.is_empty() && log.open == 0)
+}
+
+#[test]
+fn a_pipeline_over_sasl_ssl_commits_what_simulate_computes_and_no_output_shows_the_password() {
+    let broker = common::Broker::start_secured();
+    let bed = broker.bed.as_ref().unwrap();
+    broker.create_topic("events", PARTITIONS);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("pipeline.toml");
+    let metrics = common::free_port();
+    let text = config(
+        &broker.addr,
+        &dir.path().join("state"),
+        &secured::properties(&broker.addr),
+        metrics,
+    );
+    std::fs::write(&cfg, &text).unwrap();
+    let scenario = common::Scenario::generate_for(&text, PARTITIONS, 1_500, 11);
+    scenario
+        .produce(&broker.addr, 10_000, Duration::ZERO)
+        .join()
+        .unwrap();
+
+    let log = dir.path().join("member.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let member = Command::new(common::tidemark_bin())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .env("TIDEMARK_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .unwrap();
+    let member = common::adopt(member);
+    let got = common::wait_for(&broker.addr, "panes", scenario.expected.len(), 120);
+    let scraped = common::http_get(metrics, "/metrics").map(|(_, body)| body);
+    let status = common::stop_member(member);
+    assert!(
+        got >= scenario.expected.len(),
+        "{got} panes of {}: {}",
+        scenario.expected.len(),
+        common::log_summary(&log, 30)
+    );
+    assert!(status.success(), "tidemark run exited with {status}");
+    common::assert_exactly_once(&broker.addr, &scenario);
+
+    // audit reaches the same broker with a properties file, as Kafka's tools take one.
+    let client = dir.path().join("client.properties");
+    let lines: String = secured::properties(&broker.addr)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}\n"))
+        .collect();
+    std::fs::write(&client, lines).unwrap();
+    let audit = [
+        "audit",
+        "--bootstrap-servers",
+        &broker.addr,
+        "--topic",
+        "panes",
+    ];
+    let mut args = audit.to_vec();
+    let client_arg = client.display().to_string();
+    args.extend(["--command-config", &client_arg]);
+    let (code, audited) = tidemark(&args, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{audited}");
+    assert!(
+        audited.contains(&format!("{} committed records", scenario.expected.len())),
+        "{audited}"
+    );
+
+    // No output of the run shows the password: the member's log (debug), its metrics, and what
+    // validate, explain and audit print.
+    let cfg_arg = cfg.display().to_string();
+    let (_, validated) = tidemark(&["validate", "--config", &cfg_arg], Duration::from_secs(30));
+    let (_, explained) = tidemark(&["explain", "--config", &cfg_arg], Duration::from_secs(30));
+    let outputs = [
+        ("member log", std::fs::read_to_string(&log).unwrap()),
+        ("metrics", scraped.expect("the member served /metrics")),
+        ("validate", validated),
+        ("explain", explained),
+        ("audit", audited),
+    ];
+    for (what, text) in &outputs {
+        assert!(!text.is_empty(), "{what} printed nothing");
+        assert!(
+            !text.contains(&bed.password),
+            "the password appears in the {what}"
+        );
+    }
+}
+
+#[test]
+fn settings_that_cannot_work_stop_run_at_once_with_what_to_fix_and_write_nothing() {
+    let broker = common::Broker::start_secured();
+    let bed = broker.bed.as_ref().unwrap();
+    broker.create_topic("events", PARTITIONS);
+    let wrong = bed.dir.path().join("wrong-password");
+    std::fs::write(&wrong, "not-the-password").unwrap();
+    let other_ca = bed.other_ca().display().to_string();
+    type Change = Box<dyn Fn(&mut BTreeMap<String, String>)>;
+    let cases: Vec<(&str, Change, &str)> = vec![
+        (
+            "a wrong password",
+            Box::new(move |p| {
+                p.insert(
+                    "sasl.password".into(),
+                    format!("${{file:{}}}", wrong.display()),
+                );
+            }),
+            "authentication failed for user \"tidemark-test\" with SCRAM-SHA-512",
+        ),
+        (
+            "a CA that did not sign the broker's certificate",
+            Box::new(move |p| {
+                p.insert("ssl.ca.location".into(), other_ca.clone());
+            }),
+            "the broker's certificate is not trusted",
+        ),
+        (
+            "a plaintext client on the TLS port",
+            Box::new(|p| p.clear()),
+            "the broker closed the connection without answering",
+        ),
+    ];
+    for (what, change, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let mut props = secured::properties(&broker.addr);
+        change(&mut props);
+        let cfg = dir.path().join("pipeline.toml");
+        std::fs::write(
+            &cfg,
+            config(
+                &broker.addr,
+                &dir.path().join("state"),
+                &props,
+                common::free_port(),
+            ),
+        )
+        .unwrap();
+        let started = Instant::now();
+        let cfg_arg = cfg.display().to_string();
+        let (code, out) = tidemark(&["run", "--config", &cfg_arg], Duration::from_secs(60));
+        let took = started.elapsed();
+        assert!(
+            code.is_some_and(|c| c != 0),
+            "{what}: run did not stop with an error within 60 s: {out}"
+        );
+        assert!(
+            out.contains(expected),
+            "{what}: expected {expected:?} in: {out}"
+        );
+        assert!(
+            took < Duration::from_secs(30),
+            "{what}: run took {took:?} to stop"
+        );
+        assert!(
+            !out.contains(&bed.password),
+            "{what}: the password was printed"
+        );
+        // The same settings for audit, from a properties file.
+        let client = dir.path().join("client.properties");
+        let lines: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        std::fs::write(&client, lines).unwrap();
+        let client_arg = client.display().to_string();
+        let (code, out) = tidemark(
+            &[
+                "audit",
+                "--bootstrap-servers",
+                &broker.addr,
+                "--topic",
+                "events",
+                "--command-config",
+                &client_arg,
+            ],
+            Duration::from_secs(60),
+        );
+        assert!(
+            code.is_some_and(|c| c != 0) && out.contains(expected),
+            "{what}: audit: {out}"
+        );
+    }
+    for topic in [
+        "panes",
+        "dead",
+        "sec-changelog",
+        "sec-repartition",
+        "sec-claims",
+    ] {
+        assert!(untouched(&broker.addr, topic), "{topic} was written");
+    }
+}
