@@ -13,57 +13,21 @@ use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 3;
 
-/// The pipeline of `tests/kafka/run.rs` with `props` as its librdkafka properties.
+/// The scenario pipeline (`common::pipeline`) with `props` as its librdkafka properties and
+/// metrics served on `metrics`.
 fn config(broker: &str, state: &Path, props: &BTreeMap<String, String>, metrics: u16) -> String {
-    let props: String = props
+    let mut extra: String = props
         .iter()
         .map(|(k, v)| format!("{k:?} = {v:?}\n"))
         .collect();
-    format!(
-        r#"
-name = "sec"
-allowed_lateness = "2s"
-[metrics]
-address = "127.0.0.1:{metrics}"
-[input]
-key = "user"
-timestamp = "ts"
-[window]
-type = "tumbling"
-size = "1s"
-[watermark]
-max_out_of_orderness = "500ms"
-[[aggregations]]
-name = "n"
-op = "count"
-[[aggregations]]
-name = "total"
-op = "sum"
-field = "amount"
-[kafka]
-bootstrap_servers = "{broker}"
-application_id = "sec"
-repartition = false
-input_topic = "events"
-output_topic = "panes"
-dead_letter_topic = "dead"
-state_dir = "{}"
-commit_interval = "100ms"
-[kafka.properties]
-"session.timeout.ms" = "6000"
-"max.poll.interval.ms" = "10000"
-{props}"#,
-        state.display()
-    )
+    extra.push_str(&format!("[metrics]\naddress = \"127.0.0.1:{metrics}\"\n"));
+    common::pipeline(broker, state, None, &extra)
 }
 
-/// `tidemark ARGS...` with debug logging, to the end or for at most `limit`; its exit status
-/// (`None`: still running at the limit, then killed), standard output and error.
-fn tidemark(args: &[&str], limit: Duration) -> (Option<i32>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let file = std::fs::File::create(&out).unwrap();
-    let mut child = Command::new(common::tidemark_bin())
+/// Starts `tidemark ARGS...` with debug logging, its standard output and error into `out`.
+fn spawn(args: &[&str], out: &Path) -> std::process::Child {
+    let file = std::fs::File::create(out).unwrap();
+    let child = Command::new(common::tidemark_bin())
         .args(args)
         .env("TIDEMARK_LOG", "debug")
         .stdin(Stdio::null())
@@ -71,6 +35,15 @@ fn tidemark(args: &[&str], limit: Duration) -> (Option<i32>, String) {
         .stderr(file)
         .spawn()
         .unwrap();
+    common::adopt(child)
+}
+
+/// `tidemark ARGS...` (see [`spawn`]) to the end or for at most `limit`; its exit status
+/// (`None`: still running at the limit, then killed) and everything it printed.
+fn tidemark(args: &[&str], limit: Duration) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let mut child = spawn(args, &out);
     let deadline = Instant::now() + limit;
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -114,17 +87,8 @@ fn a_pipeline_over_sasl_ssl_commits_what_simulate_computes_and_no_output_shows_t
         .unwrap();
 
     let log = dir.path().join("member.log");
-    let file = std::fs::File::create(&log).unwrap();
-    let member = Command::new(common::tidemark_bin())
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .env("TIDEMARK_LOG", "debug")
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file)
-        .spawn()
-        .unwrap();
-    let member = common::adopt(member);
+    let cfg_arg = cfg.display().to_string();
+    let member = spawn(&["run", "--config", &cfg_arg], &log);
     let got = common::wait_for(&broker.addr, "panes", scenario.expected.len(), 120);
     let scraped = common::http_get(metrics, "/metrics").map(|(_, body)| body);
     let status = common::stop_member(member);
@@ -163,7 +127,6 @@ fn a_pipeline_over_sasl_ssl_commits_what_simulate_computes_and_no_output_shows_t
 
     // No output of the run shows the password: the member's log (debug), its metrics, and what
     // validate, explain and audit print.
-    let cfg_arg = cfg.display().to_string();
     let (_, validated) = tidemark(&["validate", "--config", &cfg_arg], Duration::from_secs(30));
     let (_, explained) = tidemark(&["explain", "--config", &cfg_arg], Duration::from_secs(30));
     let outputs = [
@@ -275,9 +238,9 @@ fn settings_that_cannot_work_stop_run_at_once_with_what_to_fix_and_write_nothing
     for topic in [
         "panes",
         "dead",
-        "sec-changelog",
-        "sec-repartition",
-        "sec-claims",
+        "scn-changelog",
+        "scn-claims",
+        "scn-offsets",
     ] {
         assert!(untouched(&broker.addr, topic), "{topic} was written");
     }
