@@ -76,11 +76,11 @@ echo "== cargo test (release; Kafka tests on noida-db)"
 mapfile -t args < <(only "${others[@]}"; skipping "${tansu_only[@]}")
 TIDEMARK_TEST_BROKER=noida cargo test --release --test kafka "$@" -- "${parallel[@]}" "${args[@]}"
 echo "== cargo test (release; Kafka tests that kill members, on noida-db, membership from the log)"
-mapfile -t args < <(only "${killing[@]}")
+mapfile -t args < <(only "${killing[@]}"; skipping "${tansu_only[@]}")
 TIDEMARK_TEST_BROKER=noida TIDEMARK__KAFKA__MEMBERSHIP=log cargo test --release --test kafka "$@" -- "${parallel[@]}" "${args[@]}"
 # The chaos tests once more with the default membership: the group stops assigning after the
 # first kill there, and the members must move it to membership from the log by themselves.
 echo "== cargo test (release; chaos on noida-db with the default membership, which moves itself)"
 # The SQL runs' pipelines are the TOML runs': they run in the two phases above.
-mapfile -t args < <(only chaos_direct chaos_hop; skipping chaos_hop::a_sql_pipeline_under_repeated_kill_9_commits_everything_exactly_once chaos_direct::a_sql_pipeline_on_keyed_input_under_repeated_kill_9_commits_everything_exactly_once)
+mapfile -t args < <(only chaos_direct chaos_hop; skipping chaos_hop::a_sql_pipeline_under_repeated_kill_9_commits_everything_exactly_once chaos_direct::a_sql_pipeline_on_keyed_input_under_repeated_kill_9_commits_everything_exactly_once "${tansu_only[@]}")
 TIDEMARK_TEST_BROKER=noida cargo test --release --test kafka "$@" -- "${parallel[@]}" "${args[@]}"
