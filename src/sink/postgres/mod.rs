@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 pub mod settings;
+mod tls;
 
 pub use settings::{PostgresSpec, RawPostgres, SECTION};
 
@@ -433,19 +434,29 @@ fn copy_row(buf: &mut Vec<u8>, p: &PaneRecord, key_parts: usize, aggregations: &
     buf.push(b'\n');
 }
 
-fn connect(url: &str, shutdown: &AtomicBool) -> Option<postgres::Client> {
+/// Connects to the database at `url` (TLS as its `sslmode` and `sslrootcert` say), trying
+/// again while the server cannot be reached; settings that cannot work (an untrusted
+/// certificate, a TLS setting that does not load) stop the sink. `None`: shut down first.
+fn connect(url: &str, shutdown: &AtomicBool) -> Result<Option<postgres::Client>, SinkError> {
+    let startup = |what: &str, e: tls::ConnectFailure| SinkError::Startup {
+        what: what.to_string(),
+        source: Box::new(e),
+    };
+    let target = tls::Target::parse(url)
+        .map_err(|e| startup("reading the PostgreSQL connection string", e.into()))?;
     let mut delay = Duration::from_millis(100);
     while !shutdown.load(Ordering::Relaxed) {
-        match postgres::Client::connect(url, postgres::NoTls) {
-            Ok(c) => return Some(c),
-            Err(e) => {
+        match target.connect() {
+            Ok(c) => return Ok(Some(c)),
+            Err(e) if e.is_retryable() => {
                 tracing::warn!("connecting to PostgreSQL: {e}; retrying in {delay:?}");
                 std::thread::sleep(delay);
                 delay = (delay * 2).min(Duration::from_secs(5));
             }
+            Err(e) => return Err(startup("connecting to PostgreSQL", e)),
         }
     }
-    None
+    Ok(None)
 }
 
 /// The advisory lock the sink's members hold while they create or check tables: PostgreSQL's
@@ -548,7 +559,7 @@ impl Sink for PostgresSink {
 
     fn connect(&mut self, shutdown: &AtomicBool) -> Result<bool, SinkError> {
         self.db = None;
-        let Some(mut db) = connect(&self.spec.url, shutdown) else {
+        let Some(mut db) = connect(&self.spec.url, shutdown)? else {
             return Ok(false);
         };
         ensure_tables(&mut db, &self.spec, &self.aggregations)?;

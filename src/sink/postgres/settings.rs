@@ -9,7 +9,8 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPostgres {
-    /// A libpq connection string, e.g. `host=127.0.0.1 port=5432 user=tidemark dbname=results`.
+    /// A libpq connection string, e.g. `host=127.0.0.1 port=5432 user=tidemark dbname=results`;
+    /// TLS as its `sslmode` and `sslrootcert` say (libpq's meanings).
     pub url: String,
     /// The table of panes (`name` or `schema.name`).
     pub table: String,
@@ -95,6 +96,8 @@ fn validate(
     let at = |key: &str| format!("{field}.{key}");
     if p.url.trim().is_empty() {
         c.fail(&at("url"), "must not be empty");
+    } else if let Err(e) = super::tls::Target::parse(&p.url) {
+        c.fail(&at("url"), e.to_string());
     }
     let ident = |key: &str, name: &str, c: &mut Checker| {
         let ok = !name.is_empty()
