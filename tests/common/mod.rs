@@ -941,6 +941,8 @@ pub struct Postgres {
     bin: std::path::PathBuf,
     /// The port it listens on.
     pub port: u16,
+    /// Server settings given at start (`-c name=value ...`).
+    settings: String,
 }
 
 impl Postgres {
@@ -967,6 +969,16 @@ impl Postgres {
 
     /// Creates and starts a cluster.
     pub fn start() -> Postgres {
+        Postgres::start_with(None)
+    }
+
+    /// Creates and starts a cluster that also accepts TLS, with the certificate and key
+    /// `secured::make_certificates` made in `certs`.
+    pub fn start_tls(certs: &std::path::Path) -> Postgres {
+        Postgres::start_with(Some(certs))
+    }
+
+    fn start_with(certs: Option<&std::path::Path>) -> Postgres {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         std::fs::create_dir(&data).unwrap();
@@ -980,11 +992,36 @@ impl Postgres {
                 .unwrap();
             assert!(ok.success());
         }
+        let mut settings = String::new();
+        if let Some(certs) = certs {
+            // The server reads its key only if no one else may (and, as root, it runs as
+            // postgres).
+            for f in ["server.pem", "server.key"] {
+                let to = dir.path().join(f);
+                std::fs::copy(certs.join(f), &to).unwrap();
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600)).unwrap();
+                if is_root() {
+                    let ok = Command::new("chown")
+                        .arg("postgres:postgres")
+                        .arg(&to)
+                        .status()
+                        .unwrap();
+                    assert!(ok.success());
+                }
+            }
+            settings = format!(
+                " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                dir.path().join("server.pem").display(),
+                dir.path().join("server.key").display()
+            );
+        }
         let pg = Postgres {
             _dir: dir,
             data,
             bin: Self::bin_dir(),
             port: free_port(),
+            settings,
         };
         let out = pg
             .as_server_user("initdb")
@@ -1007,9 +1044,10 @@ impl Postgres {
         c.arg("-D").arg(&self.data).args(["-w", "-m", "fast"]);
         if action != "stop" {
             c.arg("-o").arg(format!(
-                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off{}",
                 self.port,
-                self.data.display()
+                self.data.display(),
+                self.settings
             ));
             c.arg("-l").arg(self.data.join("server.log"));
         }

@@ -172,9 +172,9 @@ fn rand_u64() -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// A CA, a server certificate it signs for `IP:127.0.0.1`, and another CA, with the openssl
-/// command.
-fn make_certificates(dir: &Path) {
+/// A CA (`ca.pem`), a server certificate it signs for `IP:127.0.0.1` (`server.pem`,
+/// `server.key`), and another CA (`other-ca.pem`), made in `dir` with the openssl command.
+pub fn make_certificates(dir: &Path) {
     let run = |args: &[&str]| {
         let out = Command::new("openssl")
             .args(args)

@@ -245,3 +245,100 @@ fn settings_that_cannot_work_stop_run_at_once_with_what_to_fix_and_write_nothing
         assert!(untouched(&broker.addr, topic), "{topic} was written");
     }
 }
+
+/// The rows of the scenario's final panes: one per dedup id.
+fn final_rows(expected: &[String]) -> usize {
+    expected
+        .iter()
+        .map(|p| serde_json::from_str::<serde_json::Value>(p).unwrap()["dedup_id"].to_string())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+}
+
+#[test]
+fn the_postgres_sink_reads_over_sasl_ssl_and_writes_over_verified_tls() {
+    let broker = common::Broker::start_secured();
+    broker.create_topic("events", PARTITIONS);
+    let certs = tempfile::tempdir().unwrap();
+    secured::make_certificates(certs.path());
+    let pg = common::Postgres::start_tls(certs.path());
+    let dir = tempfile::tempdir().unwrap();
+    let sink_section = |ca: &Path| {
+        format!(
+            "[sink.postgres]\nurl = \"{} sslmode=verify-full sslrootcert={}\"\ntable = \"panes_pg\"\ncommit_interval = \"200ms\"\n",
+            pg.url(),
+            ca.display()
+        )
+    };
+    let text = config(
+        &broker.addr,
+        &dir.path().join("state"),
+        &secured::properties(&broker.addr),
+        common::free_port(),
+    );
+    let cfg = dir.path().join("pipeline.toml");
+    std::fs::write(
+        &cfg,
+        format!("{text}{}", sink_section(&certs.path().join("ca.pem"))),
+    )
+    .unwrap();
+    let scenario = common::Scenario::generate_for(&text, PARTITIONS, 1_000, 5);
+    scenario
+        .produce(&broker.addr, 10_000, Duration::ZERO)
+        .join()
+        .unwrap();
+    let cfg_arg = cfg.display().to_string();
+    let member = spawn(
+        &["run", "--config", &cfg_arg],
+        &dir.path().join("member.log"),
+    );
+    let sink_log = dir.path().join("sink.log");
+    let sink = spawn(&["sink", "postgres", "--config", &cfg_arg], &sink_log);
+    let want = final_rows(&scenario.expected) as i64;
+    let mut db = pg.client();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut rows, mut tls_sessions) = (0i64, 0i64);
+    while Instant::now() < deadline && (rows < want || tls_sessions == 0) {
+        std::thread::sleep(Duration::from_millis(300));
+        rows = db
+            .query_one("SELECT count(*) FROM panes_pg", &[])
+            .map(|r| r.get(0))
+            .unwrap_or(0);
+        // The sink's connection, seen from the server: encrypted (this client's is not).
+        tls_sessions = db
+            .query_one(
+                "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+                 WHERE s.ssl AND a.pid <> pg_backend_pid()",
+                &[],
+            )
+            .map(|r| r.get(0))
+            .unwrap();
+    }
+    let sink_status = common::stop_member(sink);
+    let member_status = common::stop_member(member);
+    assert_eq!(
+        rows,
+        want,
+        "rows in PostgreSQL: {}",
+        common::log_summary(&sink_log, 20)
+    );
+    assert!(tls_sessions > 0, "the sink's connection is not encrypted");
+    assert!(sink_status.success() && member_status.success());
+
+    // A sink that does not trust the server's certificate stops at once, saying so.
+    let other = dir.path().join("other.toml");
+    std::fs::write(
+        &other,
+        format!("{text}{}", sink_section(&certs.path().join("other-ca.pem"))),
+    )
+    .unwrap();
+    let other_arg = other.display().to_string();
+    let (code, out) = tidemark(
+        &["sink", "postgres", "--config", &other_arg],
+        Duration::from_secs(60),
+    );
+    assert!(
+        code.is_some_and(|c| c != 0) && out.contains("certificate is not trusted"),
+        "{code:?}: {out}"
+    );
+}
