@@ -75,6 +75,11 @@ impl RawClient {
         Ok(client)
     }
 
+    /// Connects to the cluster's first bootstrap server that answers, as [`RawClient::open`].
+    pub fn bootstrap(brokers: &Brokers) -> Result<RawClient, RawLogError> {
+        connect(brokers)
+    }
+
     /// Sets how long a reply may take (a JoinGroup waits for the whole rebalance).
     pub fn set_read_timeout(&mut self, timeout: Duration) -> Result<(), RawLogError> {
         self.stream
@@ -135,9 +140,19 @@ impl RawClient {
     }
 }
 
-/// Connects to the first bootstrap server.
+/// Connects to the first bootstrap server that answers, in the order given. Settings that
+/// cannot work (a certificate not trusted, credentials refused) fail at the first server: the
+/// others would refuse them too.
 pub(crate) fn connect(brokers: &Brokers) -> Result<RawClient, RawLogError> {
-    RawClient::open(brokers.first(), brokers.security())
+    let mut last = None;
+    for addr in brokers.servers() {
+        match RawClient::open(addr, brokers.security()) {
+            Ok(c) => return Ok(c),
+            Err(RawLogError::Connect(e)) if !e.is_retryable() => return Err(e.into()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| RawLogError::Protocol("no bootstrap server is given".into())))
 }
 
 /// The partitions of `topic` and the address of each one's leader, from the cluster's metadata.

@@ -420,15 +420,18 @@ impl Brokers {
         &self.security
     }
 
+    /// The bootstrap servers (host:port), in order, without `PROTOCOL://` prefixes.
+    pub fn servers(&self) -> impl Iterator<Item = &str> {
+        self.bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(|a| a.split_once("://").map_or(a, |(_, a)| a))
+    }
+
     /// The first bootstrap server, without a `PROTOCOL://` prefix.
     pub fn first(&self) -> &str {
-        let addr = self
-            .bootstrap
-            .split(',')
-            .next()
-            .unwrap_or(&self.bootstrap)
-            .trim();
-        addr.split_once("://").map_or(addr, |(_, a)| a)
+        self.servers().next().unwrap_or("")
     }
 }
 
@@ -541,7 +544,8 @@ mod tests {
 
     #[test]
     fn the_first_bootstrap_server_loses_its_protocol_prefix() {
-        let b = Brokers::plaintext("SASL_SSL://a:9093, b:9093");
+        let b = Brokers::plaintext("SASL_SSL://a:9093, b:9093,");
         assert_eq!(b.first(), "a:9093");
+        assert_eq!(b.servers().collect::<Vec<_>>(), ["a:9093", "b:9093"]);
     }
 }
