@@ -263,9 +263,10 @@ pub fn run_query<S: StateBackend + Clone + 'static>(
 ) -> Result<Summary, SimulateError> {
     let registry = match &spec.schema_registry {
         None => None,
-        Some(url) => {
-            Some(SchemaRegistry::connect(url).map_err(|e| SimulateError::Decoder(e.to_string()))?)
-        }
+        Some(r) => Some(
+            SchemaRegistry::open(&r.url, r.access.clone())
+                .map_err(|e| SimulateError::Decoder(e.to_string()))?,
+        ),
     };
     let mut decoder = Decoder::new(&spec.input, spec.avro_input.as_ref(), registry)
         .map_err(|e| SimulateError::Decoder(e.to_string()))?;

@@ -189,16 +189,50 @@ pub(super) fn validate_output(
     }
 }
 
-/// `[schema_registry]`: its base URL.
-pub(super) fn validate_registry(cfg: &RawConfig, c: &mut Checker) -> Option<String> {
-    cfg.schema_registry.as_ref().map(|r| {
-        if !r.url.starts_with("http://") {
-            c.fail(
-                "schema_registry.url",
-                format!("{:?} must be an http:// URL", r.url),
-            );
+/// `[schema_registry]`: its base URL, TLS and basic authentication.
+pub(super) fn validate_registry(cfg: &RawConfig, c: &mut Checker) -> Option<super::RegistrySpec> {
+    let r = cfg.schema_registry.as_ref()?;
+    let https = r.url.starts_with("https://");
+    if !https && !r.url.starts_with("http://") {
+        c.fail(
+            "schema_registry.url",
+            format!("{:?} must be an http:// or https:// URL", r.url),
+        );
+    }
+    let ca_location = r.ca_location.as_ref().map(std::path::PathBuf::from);
+    match &ca_location {
+        Some(ca) if !https => c.fail(
+            "schema_registry.ca_location",
+            format!("{} is given but the URL is not https://", ca.display()),
+        ),
+        Some(ca) if !ca.is_file() => c.fail(
+            "schema_registry.ca_location",
+            format!("{} is not a readable file", ca.display()),
+        ),
+        _ => {}
+    }
+    let password = r
+        .password
+        .as_deref()
+        .and_then(|p| super::kafka::resolve_value("schema_registry.password", p, c));
+    let basic = match (&r.username, password) {
+        (Some(user), Some(password)) => {
+            Some((user.clone(), crate::kafka::secure::Secret::new(password)))
         }
-        r.url.clone()
+        (None, None) => None,
+        (Some(_), None) if r.password.is_none() => {
+            c.fail("schema_registry.password", "is needed with a username");
+            None
+        }
+        (None, Some(_)) => {
+            c.fail("schema_registry.username", "is needed with a password");
+            None
+        }
+        (Some(_), None) => None,
+    };
+    Some(super::RegistrySpec {
+        url: r.url.clone(),
+        access: crate::http::Access { ca_location, basic },
     })
 }
 

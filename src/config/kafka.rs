@@ -343,40 +343,8 @@ fn resolve_properties(
     let mut shown = BTreeMap::new();
     let mut secrets = BTreeMap::new();
     for (key, value) in given {
-        let field = format!("kafka.properties.{key}");
-        let resolved = match value
-            .strip_prefix("${")
-            .and_then(|v| v.strip_suffix('}'))
-            .and_then(|v| v.split_once(':'))
-        {
-            Some(("env", name)) => match std::env::var(name) {
-                Ok(v) => v,
-                Err(_) => {
-                    c.fail(
-                        &field,
-                        format!("names the environment variable {name}, which is not set"),
-                    );
-                    continue;
-                }
-            },
-            Some(("file", path)) => match std::fs::read_to_string(path) {
-                Ok(v) => v.strip_suffix('\n').unwrap_or(&v).to_string(),
-                Err(e) => {
-                    c.fail(
-                        &field,
-                        format!("names the file {path}, which cannot be read: {e}"),
-                    );
-                    continue;
-                }
-            },
-            Some((other, _)) if !other.contains(char::is_whitespace) => {
-                c.fail(
-                    &field,
-                    format!("${{{other}:...}} is not known: use ${{env:NAME}} or ${{file:PATH}}"),
-                );
-                continue;
-            }
-            _ => value.clone(),
+        let Some(resolved) = resolve_value(&format!("kafka.properties.{key}"), value, c) else {
+            continue;
         };
         if is_secret(key) {
             secrets.insert(key.clone(), Secret::new(resolved));
@@ -385,6 +353,46 @@ fn resolve_properties(
         }
     }
     (shown, secrets)
+}
+
+/// `value` itself, or for `${env:NAME}` the environment variable and for `${file:PATH}` the
+/// file's text without its final line break; `None`, with a violation of `field` that holds no
+/// value, when the variable is not set or the file cannot be read.
+pub(super) fn resolve_value(field: &str, value: &str, c: &mut Checker) -> Option<String> {
+    match value
+        .strip_prefix("${")
+        .and_then(|v| v.strip_suffix('}'))
+        .and_then(|v| v.split_once(':'))
+    {
+        Some(("env", name)) => match std::env::var(name) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                c.fail(
+                    field,
+                    format!("names the environment variable {name}, which is not set"),
+                );
+                None
+            }
+        },
+        Some(("file", path)) => match std::fs::read_to_string(path) {
+            Ok(v) => Some(v.strip_suffix('\n').unwrap_or(&v).to_string()),
+            Err(e) => {
+                c.fail(
+                    field,
+                    format!("names the file {path}, which cannot be read: {e}"),
+                );
+                None
+            }
+        },
+        Some((other, _)) if !other.contains(char::is_whitespace) => {
+            c.fail(
+                field,
+                format!("${{{other}:...}} is not known: use ${{env:NAME}} or ${{file:PATH}}"),
+            );
+            None
+        }
+        _ => Some(value.to_string()),
+    }
 }
 
 /// The bytes of one output record: `[kafka.properties] "message.max.bytes"` (the producer's

@@ -102,8 +102,28 @@ pub struct RawOutput {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRegistry {
-    /// Base URL, `http://host:port`.
+    /// Base URL, `http://host:port` or `https://host:port`.
     pub url: String,
+    /// The user of HTTP basic authentication (Confluent Cloud: the API key).
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Its password (Confluent Cloud: the API secret); `${env:NAME}` or `${file:PATH}` keep it
+    /// out of the file.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// A PEM file of the CAs an https registry's certificate is checked against (default: the
+    /// system's trust store).
+    #[serde(default)]
+    pub ca_location: Option<String>,
+}
+
+/// The validated `[schema_registry]` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistrySpec {
+    /// Base URL.
+    pub url: String,
+    /// TLS and basic authentication.
+    pub access: crate::http::Access,
 }
 
 /// The `[metrics]` section as written.
@@ -518,8 +538,8 @@ pub struct PipelineSpec {
     pub avro_input: Option<crate::input::avro::AvroInputSpec>,
     /// How panes and dead letters are encoded.
     pub output_format: crate::format::OutputFormat,
-    /// Schema Registry base URL, if configured.
-    pub schema_registry: Option<String>,
+    /// The Schema Registry, if configured: its base URL and how it is reached.
+    pub schema_registry: Option<RegistrySpec>,
     /// The sinks' sections by sink name, as written (each checked by its sink).
     pub sinks: std::collections::BTreeMap<String, toml::Table>,
     /// The columns a table of panes gives the key: `key` for a key of one part, one column per

@@ -74,7 +74,7 @@ fn partition_counts(probe: &BaseConsumer) -> Result<BTreeMap<String, i32>, RunEr
 /// (`repartition_partitions`, or the largest input) and the offsets topic (the largest input). A
 /// repartition topic that exists with another partition count, or a changelog with fewer
 /// partitions than there are windowing partitions, is refused.
-/// Opens one connection to the first bootstrap server as the raw-log reader does (TLS, SASL,
+/// Opens one connection to a bootstrap server as the raw-log reader does (TLS, SASL,
 /// `ApiVersions`) before any librdkafka client is made: settings that cannot work (a certificate
 /// not trusted, credentials refused, a listener that speaks another protocol) fail here at once,
 /// with what to fix, instead of as clients that retry for ever. A broker that cannot be reached
@@ -85,7 +85,7 @@ pub(super) fn check_access(k: &KafkaSpec, stop: &super::Stop) -> Result<bool, Ru
     use std::sync::atomic::Ordering;
     let mut pause = Duration::from_millis(200);
     loop {
-        match RawClient::open(k.brokers.first(), k.brokers.security()) {
+        match RawClient::bootstrap(&k.brokers) {
             Ok(_) => return Ok(true),
             Err(RawLogError::Connect(e)) if e.is_retryable() => {
                 tracing::warn!(error = %e, "the cluster cannot be reached yet; trying again");
@@ -93,7 +93,7 @@ pub(super) fn check_access(k: &KafkaSpec, stop: &super::Stop) -> Result<bool, Ru
             Err(RawLogError::Connect(e)) => return Err(RunError::Access(e)),
             Err(e) => {
                 return Err(RunError::Startup(Cause::part(
-                    format!("connecting to {}", k.brokers.first()),
+                    format!("connecting to {}", k.brokers),
                     e,
                 )))
             }
@@ -242,8 +242,8 @@ fn create(k: &KafkaSpec, topics: &[NewTopic<'_>]) -> Result<(), RunError> {
 pub(super) fn codecs(spec: &PipelineSpec, k: &KafkaSpec) -> Result<(Decoder, Encoder), RunError> {
     let registry = match &spec.schema_registry {
         None => None,
-        Some(url) => Some(
-            SchemaRegistry::connect(url)
+        Some(r) => Some(
+            SchemaRegistry::open(&r.url, r.access.clone())
                 .map_err(|e| RunError::Startup(Cause::part("the schema registry", e)))?,
         ),
     };

@@ -260,24 +260,28 @@ fn unwrap_nullable(s: &Schema) -> &Schema {
 /// Headers of every Schema Registry request.
 const REGISTRY_HEADERS: &str = "Accept: application/vnd.schemaregistry.v1+json, application/json\r\nContent-Type: application/vnd.schemaregistry.v1+json\r\n";
 
-fn http(url: &str, method: &str, path: &str, body: Option<&str>) -> Result<(u16, String), String> {
-    crate::http::request(url, method, path, REGISTRY_HEADERS, body.unwrap_or(""))
-}
-
 /// A Confluent-compatible Schema Registry.
 #[derive(Debug, Clone)]
 pub struct SchemaRegistry {
     url: String,
+    access: crate::http::Access,
 }
 
 impl SchemaRegistry {
-    /// A client for `url` (e.g. `http://localhost:8081`); checks that the registry answers, so a
-    /// registry that is down is a clear startup error.
+    /// A client for `url` (e.g. `http://localhost:8081`), without authentication; checks that
+    /// the registry answers, so a registry that is down is a clear startup error.
     pub fn connect(url: &str) -> Result<SchemaRegistry, AvroError> {
+        SchemaRegistry::open(url, crate::http::Access::default())
+    }
+
+    /// A client for `url` reached as `access` says (the CAs of an https registry, basic
+    /// authentication); checks that the registry answers.
+    pub fn open(url: &str, access: crate::http::Access) -> Result<SchemaRegistry, AvroError> {
         let r = SchemaRegistry {
             url: url.trim_end_matches('/').to_string(),
+            access,
         };
-        match http(&r.url, "GET", "/subjects", None) {
+        match r.http("GET", "/subjects", None) {
             Ok((200, _)) => Ok(r),
             Ok((code, body)) => Err(AvroError::Registry(
                 url.into(),
@@ -290,8 +294,9 @@ impl SchemaRegistry {
     /// The schema text with this id; `Ok(None)` when the registry does not know the id.
     pub fn schema(&self, id: u32) -> Result<Option<String>, AvroError> {
         let err = |e: String| AvroError::Registry(self.url.clone(), e);
-        let (code, body) =
-            http(&self.url, "GET", &format!("/schemas/ids/{id}"), None).map_err(err)?;
+        let (code, body) = self
+            .http("GET", &format!("/schemas/ids/{id}"), None)
+            .map_err(err)?;
         match code {
             200 => {
                 let v: serde_json::Value =
@@ -312,13 +317,13 @@ impl SchemaRegistry {
     pub fn register(&self, subject: &str, schema: &str) -> Result<u32, AvroError> {
         let err = |e: String| AvroError::Registry(self.url.clone(), e);
         let body = serde_json::json!({ "schema": schema }).to_string();
-        let (code, text) = http(
-            &self.url,
-            "POST",
-            &format!("/subjects/{subject}/versions"),
-            Some(&body),
-        )
-        .map_err(err)?;
+        let (code, text) = self
+            .http(
+                "POST",
+                &format!("/subjects/{subject}/versions"),
+                Some(&body),
+            )
+            .map_err(err)?;
         if code != 200 {
             return Err(err(format!(
                 "registering {subject} answered {code}: {text}"
@@ -330,6 +335,18 @@ impl SchemaRegistry {
             .and_then(|i| i.as_u64())
             .map(|i| i as u32)
             .ok_or_else(|| err(format!("registering {subject}: no id in {text}")))
+    }
+
+    /// One request to the registry.
+    fn http(&self, method: &str, path: &str, body: Option<&str>) -> Result<(u16, String), String> {
+        crate::http::request_with(
+            &self.url,
+            method,
+            path,
+            REGISTRY_HEADERS,
+            body.unwrap_or(""),
+            &self.access,
+        )
     }
 }
 

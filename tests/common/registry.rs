@@ -18,6 +18,19 @@ pub struct FakeRegistry {
 impl FakeRegistry {
     /// Starts serving; `initial` schemas get ids 1, 2, ...
     pub fn start(initial: Vec<String>) -> FakeRegistry {
+        FakeRegistry::start_with(initial, None)
+    }
+
+    /// Starts serving, answering 401 to a request without the basic authentication of `auth`
+    /// (user, password).
+    pub fn start_with(initial: Vec<String>, auth: Option<(&str, &str)>) -> FakeRegistry {
+        let wanted = auth.map(|(u, p)| {
+            format!(
+                "authorization: basic {}",
+                openssl::base64::encode_block(format!("{u}:{p}").as_bytes())
+            )
+            .to_ascii_lowercase()
+        });
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let schemas = Arc::new(Mutex::new(initial));
@@ -33,11 +46,15 @@ impl FakeRegistry {
                 let mut line = String::new();
                 reader.read_line(&mut line).unwrap();
                 let mut len = 0;
+                let mut authorized = wanted.is_none();
                 loop {
                     let mut h = String::new();
                     reader.read_line(&mut h).unwrap();
                     if h.trim().is_empty() {
                         break;
+                    }
+                    if wanted.as_deref() == Some(h.trim().to_ascii_lowercase().as_str()) {
+                        authorized = true;
                     }
                     if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
                         len = v.trim().parse().unwrap();
@@ -47,6 +64,7 @@ impl FakeRegistry {
                 reader.read_exact(&mut body).unwrap();
                 let parts: Vec<&str> = line.split_whitespace().collect();
                 let (code, out) = match (parts[0], parts[1]) {
+                    _ if !authorized => (401, r#"{"error_code":401}"#.to_string()),
                     ("GET", "/subjects") => (200, "[]".to_string()),
                     ("GET", p) if p.starts_with("/schemas/ids/") => {
                         let id: usize = p["/schemas/ids/".len()..].parse().unwrap();

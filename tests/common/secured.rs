@@ -80,9 +80,49 @@ pub fn properties_toml(addr: &str) -> String {
         .collect()
 }
 
+/// stunnel on a loopback port, terminating TLS with the certificate and key
+/// [`make_certificates`] made, before a plaintext server; stopped when dropped.
+pub struct TlsFront {
+    child: Child,
+    /// The TLS port.
+    pub port: u16,
+}
+
+impl TlsFront {
+    /// Starts stunnel on `port` before `upstream` (host:port), with the certificate in `certs`.
+    pub fn start(upstream: &str, port: u16, certs: &Path) -> TlsFront {
+        let conf = certs.join(format!("stunnel-{port}.conf"));
+        std::fs::write(
+            &conf,
+            format!(
+                "foreground = yes\npid =\nsyslog = no\ndebug = 3\n[front]\naccept = 127.0.0.1:{port}\nconnect = {upstream}\ncert = {}\nkey = {}\n",
+                certs.join("server.pem").display(),
+                certs.join("server.key").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(stunnel_bin())
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start stunnel (scripts/install-deps.sh installs stunnel4)");
+        super::wait_for_port(&format!("127.0.0.1:{port}"));
+        TlsFront { child, port }
+    }
+}
+
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The bed's fronts and files; stopped when dropped.
 pub struct Bed {
-    stunnel: Child,
+    stunnel: TlsFront,
     front: Front,
     /// Certificates, keys, the password file and stunnel's configuration.
     pub dir: tempfile::TempDir,
@@ -100,26 +140,8 @@ impl Bed {
         let password = format!("pw-{:016x}-secret", rand_u64());
         std::fs::write(dir.path().join("password"), &password).unwrap();
         let front = Front::start(upstream, &password);
-        let conf = dir.path().join("stunnel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "foreground = yes\npid =\nsyslog = no\ndebug = 3\n[kafka]\naccept = 127.0.0.1:{tls_port}\nconnect = 127.0.0.1:{}\ncert = {}\nkey = {}\n",
-                front.port,
-                dir.path().join("server.pem").display(),
-                dir.path().join("server.key").display()
-            ),
-        )
-        .unwrap();
-        let stunnel = Command::new(stunnel_bin())
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start stunnel (scripts/install-deps.sh installs stunnel4)");
+        let stunnel = TlsFront::start(&format!("127.0.0.1:{}", front.port), tls_port, dir.path());
         let addr = format!("127.0.0.1:{tls_port}");
-        super::wait_for_port(&addr);
         let props = BTreeMap::from([
             ("security.protocol".to_string(), "SASL_SSL".to_string()),
             ("sasl.mechanism".to_string(), "SCRAM-SHA-512".to_string()),
@@ -153,8 +175,6 @@ impl Drop for Bed {
     fn drop(&mut self) {
         BEDS.lock().unwrap().remove(&self.addr);
         self.front.stop.store(true, Ordering::Relaxed);
-        let _ = self.stunnel.kill();
-        let _ = self.stunnel.wait();
     }
 }
 

@@ -664,3 +664,61 @@ field = "price"
         assert_eq!(reasons, ["\"malformed\"", "\"malformed\""], "{dead}");
     }
 }
+
+#[test]
+fn a_registry_over_https_with_basic_auth_is_reached_and_wrong_settings_are_named() {
+    use tidemark::http::Access;
+    use tidemark::kafka::secure::Secret;
+    let certs = tempfile::tempdir().unwrap();
+    common::secured::make_certificates(certs.path());
+    let click_text =
+        std::fs::read_to_string(Path::new(ROOT).join("schemas/clickstream.avsc")).unwrap();
+    let reg = FakeRegistry::start_with(vec![click_text], Some(("api-key", "api-s3cret")));
+    let front = common::secured::TlsFront::start(
+        reg.url.trim_start_matches("http://"),
+        common::free_port(),
+        certs.path(),
+    );
+    let url = format!("https://127.0.0.1:{}", front.port);
+    let access = |ca: &str, password: &str| Access {
+        ca_location: Some(certs.path().join(ca)),
+        basic: Some(("api-key".to_string(), Secret::new(password))),
+    };
+    let client = SchemaRegistry::open(&url, access("ca.pem", "api-s3cret")).unwrap();
+    assert!(client.schema(1).unwrap().is_some());
+    let err = SchemaRegistry::open(&url, access("ca.pem", "guess"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("401") && !err.contains("guess"), "{err}");
+    let err = SchemaRegistry::open(&url, access("other-ca.pem", "api-s3cret"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("certificate verify failed"), "{err}");
+    assert!(
+        SchemaRegistry::connect(&reg.url).is_err(),
+        "no credentials: 401"
+    );
+
+    // The section as a user writes it: the password from the environment, never shown.
+    std::env::set_var("TEST_REGISTRY_SECRET", "api-s3cret");
+    let section = format!(
+        "[schema_registry]\nurl = \"{url}\"\nusername = \"api-key\"\npassword = \"${{env:TEST_REGISTRY_SECRET}}\"\nca_location = \"{}\"",
+        certs.path().join("ca.pem").display()
+    );
+    let parsed = spec("framing = \"confluent\"", &section).unwrap();
+    let r = parsed.schema_registry.clone().unwrap();
+    assert_eq!(r.access, access("ca.pem", "api-s3cret"));
+    assert!(!format!("{parsed:?}").contains("api-s3cret"));
+    assert!(SchemaRegistry::open(&r.url, r.access).is_ok());
+    // A CA for a plain http:// registry is named.
+    let msg = spec(
+        "framing = \"confluent\"",
+        &format!(
+            "[schema_registry]\nurl = \"{}\"\nca_location = \"/etc/hosts\"",
+            reg.url
+        ),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(msg.contains("schema_registry.ca_location"), "{msg}");
+}
