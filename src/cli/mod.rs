@@ -11,7 +11,7 @@
 //! * [`produce`] — synthetic events to a topic;
 //! * [`audit`] — exactly-once checked from a topic's raw log;
 //! * [`tail`] — an output topic's committed panes as a live table;
-//! * [`probe`] — a container health check.
+//! * [`probe`] — a container health check, or a pipeline's access to its cluster.
 
 pub mod audit;
 mod connection;
@@ -83,7 +83,8 @@ pub enum Command {
     /// Produce synthetic clickstream, payment or sensor events to a topic.
     Produce(produce::Produce),
     /// GET an http:// URL and exit 0 on status 200 (a container health check: the runtime image
-    /// has no curl).
+    /// has no curl); or, with --config, check that a pipeline reaches its cluster and may do what
+    /// it needs there.
     Probe(probe::Probe),
     /// Read a topic's raw log, resolve its transactions, and check panes for duplicates and gaps
     /// (or, on a dead-letter topic, that each source record is dead-lettered once).

@@ -342,3 +342,55 @@ fn the_postgres_sink_reads_over_sasl_ssl_and_writes_over_verified_tls() {
         "{code:?}: {out}"
     );
 }
+
+#[test]
+fn probe_reports_the_connection_and_what_the_pipeline_may_do() {
+    let broker = common::Broker::start_secured();
+    broker.create_topic("events", PARTITIONS);
+    let bed = broker.bed.as_ref().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, props: &BTreeMap<String, String>, input: &str| {
+        let cfg = dir.path().join(name);
+        let text = config(&broker.addr, &dir.path().join("state"), props, 0).replace(
+            "input_topic = \"events\"",
+            &format!("input_topic = \"{input}\""),
+        );
+        std::fs::write(&cfg, text).unwrap();
+        cfg.display().to_string()
+    };
+    let props = secured::properties(&broker.addr);
+    let cfg = write("ok.toml", &props, "events");
+    let (code, out) = tidemark(&["probe", "--config", &cfg], Duration::from_secs(60));
+    assert!(
+        out.contains(&format!(
+            "connect {}: ok, SASL_SSL as {} (SCRAM-SHA-512)",
+            broker.addr,
+            secured::USER
+        )),
+        "{out}"
+    );
+    for topic in ["events", "panes", "dead", "scn-changelog", "scn-claims"] {
+        assert!(out.contains(&format!("topic {topic}: ")), "{topic}: {out}");
+    }
+    assert_eq!(code, Some(0), "{out}");
+    // An input that does not exist fails the probe; so does a wrong password, before anything.
+    let cfg = write("no-input.toml", &props, "nothing-here");
+    let (code, out) = tidemark(&["probe", "--config", &cfg], Duration::from_secs(60));
+    assert!(
+        code == Some(1) && out.contains("topic nothing-here: MISSING"),
+        "{out}"
+    );
+    let wrong = bed.dir.path().join("wrong-password");
+    std::fs::write(&wrong, "nope").unwrap();
+    let mut bad = props.clone();
+    bad.insert(
+        "sasl.password".into(),
+        format!("${{file:{}}}", wrong.display()),
+    );
+    let cfg = write("wrong.toml", &bad, "events");
+    let (code, out) = tidemark(&["probe", "--config", &cfg], Duration::from_secs(60));
+    assert!(
+        code == Some(1) && out.contains("FAILED") && out.contains("authentication failed"),
+        "{out}"
+    );
+}
