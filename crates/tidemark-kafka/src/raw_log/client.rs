@@ -60,6 +60,13 @@ impl RawClient {
                     what: format!("ApiVersions with {addr}"),
                 })
             }
+            Err(RawLogError::Io { source, .. }) if security.protocol.tls() => {
+                return Err(ConnectError::ClosedAfterHandshake {
+                    addr: addr.to_string(),
+                    reason: source.to_string(),
+                }
+                .into())
+            }
             Err(RawLogError::Io { source, .. }) => {
                 return Err(ConnectError::NoAnswer {
                     addr: addr.to_string(),

@@ -36,7 +36,8 @@ pub enum ConnectError {
     /// The TLS handshake failed otherwise: most often a listener that does not speak TLS.
     #[error(
         "{addr}: the TLS handshake failed ({reason}); if this listener is not TLS, set \
-         security.protocol = PLAINTEXT or SASL_PLAINTEXT"
+         security.protocol = PLAINTEXT or SASL_PLAINTEXT, and if it requires a client \
+         certificate, set ssl.certificate.location and ssl.key.location"
     )]
     Handshake {
         /// The broker.
@@ -52,6 +53,21 @@ pub enum ConnectError {
          set SASL_PLAINTEXT or SASL_SSL with sasl.mechanism, sasl.username and sasl.password"
     )]
     NoAnswer {
+        /// The broker.
+        addr: String,
+        /// The I/O error.
+        reason: String,
+    },
+    /// The TLS handshake went through, then the broker closed the connection without answering:
+    /// most often a listener that wants a client certificate (with TLS 1.3 the client learns it
+    /// only then), or SASL.
+    #[error(
+        "{addr}: the broker closed the TLS connection without answering ({reason}); if the \
+         listener requires a client certificate (mutual TLS) set ssl.certificate.location and \
+         ssl.key.location to one its CA signed, and if it expects SASL set security.protocol = \
+         SASL_SSL with sasl.mechanism, sasl.username and sasl.password"
+    )]
+    ClosedAfterHandshake {
         /// The broker.
         addr: String,
         /// The I/O error.
