@@ -118,11 +118,23 @@ impl Broker {
     /// Starts Tansu behind a TLS front and a SASL front ([`secured`]): `addr` is the TLS port,
     /// which the broker advertises, so every client speaks SASL_SSL (SCRAM-SHA-512) to it.
     pub fn start_secured() -> Broker {
+        Broker::start_fronted(secured::Bed::start)
+    }
+
+    /// Starts Tansu behind a TLS front that admits only clients with a certificate the test CA
+    /// signed (mutual TLS, `security.protocol = SSL`).
+    pub fn start_mtls() -> Broker {
+        Broker::start_fronted(secured::Bed::start_mtls)
+    }
+
+    /// Starts Tansu advertising a port where `bed` (given the broker's plaintext address and that
+    /// port) puts its fronts.
+    fn start_fronted(bed: impl FnOnce(&str, u16) -> secured::Bed) -> Broker {
         let (port, tls_port) = (free_port(), free_port());
         let child = spawn_broker(BrokerKind::Tansu, port, tls_port, None);
         let plain = format!("127.0.0.1:{port}");
         wait_for_port(&plain);
-        let bed = secured::Bed::start(&plain, tls_port);
+        let bed = bed(&plain, tls_port);
         Broker {
             child,
             addr: format!("127.0.0.1:{tls_port}"),

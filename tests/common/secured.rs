@@ -91,11 +91,22 @@ pub struct TlsFront {
 impl TlsFront {
     /// Starts stunnel on `port` before `upstream` (host:port), with the certificate in `certs`.
     pub fn start(upstream: &str, port: u16, certs: &Path) -> TlsFront {
+        TlsFront::start_with(upstream, port, certs, false)
+    }
+
+    /// [`TlsFront::start`], refusing a client without a certificate the test CA signed when
+    /// `verify_clients` (mutual TLS).
+    pub fn start_with(upstream: &str, port: u16, certs: &Path, verify_clients: bool) -> TlsFront {
         let conf = certs.join(format!("stunnel-{port}.conf"));
+        let verify = if verify_clients {
+            format!("verify = 2\nCAfile = {}\n", certs.join("ca.pem").display())
+        } else {
+            String::new()
+        };
         std::fs::write(
             &conf,
             format!(
-                "foreground = yes\npid =\nsyslog = no\ndebug = 3\n[front]\naccept = 127.0.0.1:{port}\nconnect = {upstream}\ncert = {}\nkey = {}\n",
+                "foreground = yes\npid =\nsyslog = no\ndebug = 3\n[front]\naccept = 127.0.0.1:{port}\nconnect = {upstream}\ncert = {}\nkey = {}\n{verify}",
                 certs.join("server.pem").display(),
                 certs.join("server.key").display()
             ),
@@ -123,7 +134,7 @@ impl Drop for TlsFront {
 /// The bed's fronts and files; stopped when dropped.
 pub struct Bed {
     stunnel: TlsFront,
-    front: Front,
+    front: Option<Front>,
     /// Certificates, keys, the password file and stunnel's configuration.
     pub dir: tempfile::TempDir,
     /// The password of [`USER`].
@@ -158,9 +169,34 @@ impl Bed {
         BEDS.lock().unwrap().insert(addr.clone(), props);
         Bed {
             stunnel,
-            front,
+            front: Some(front),
             dir,
             password,
+            addr,
+        }
+    }
+
+    /// Puts stunnel on `tls_port` before the plaintext broker at `upstream`, admitting only
+    /// clients with a certificate the test CA signed (mutual TLS, no SASL); registers the
+    /// bed's client properties (`SSL`, the CA, the client's certificate and key).
+    pub fn start_mtls(upstream: &str, tls_port: u16) -> Bed {
+        let dir = tempfile::tempdir().unwrap();
+        make_certificates(dir.path());
+        let stunnel = TlsFront::start_with(upstream, tls_port, dir.path(), true);
+        let addr = format!("127.0.0.1:{tls_port}");
+        let file = |f: &str| dir.path().join(f).display().to_string();
+        let props = BTreeMap::from([
+            ("security.protocol".to_string(), "SSL".to_string()),
+            ("ssl.ca.location".to_string(), file("ca.pem")),
+            ("ssl.certificate.location".to_string(), file("client.pem")),
+            ("ssl.key.location".to_string(), file("client.key")),
+        ]);
+        BEDS.lock().unwrap().insert(addr.clone(), props);
+        Bed {
+            stunnel,
+            front: None,
+            dir,
+            password: String::new(),
             addr,
         }
     }
@@ -174,7 +210,9 @@ impl Bed {
 impl Drop for Bed {
     fn drop(&mut self) {
         BEDS.lock().unwrap().remove(&self.addr);
-        self.front.stop.store(true, Ordering::Relaxed);
+        if let Some(front) = &self.front {
+            front.stop.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -193,7 +231,8 @@ fn rand_u64() -> u64 {
 }
 
 /// A CA (`ca.pem`), a server certificate it signs for `IP:127.0.0.1` (`server.pem`,
-/// `server.key`), and another CA (`other-ca.pem`), made in `dir` with the openssl command.
+/// `server.key`), a client certificate it signs (`client.pem`, `client.key`), and another CA
+/// (`other-ca.pem`), made in `dir` with the openssl command.
 pub fn make_certificates(dir: &Path) {
     let run = |args: &[&str]| {
         let out = Command::new("openssl")
@@ -251,6 +290,32 @@ pub fn make_certificates(dir: &Path) {
         "2",
         "-extfile",
         "san.ext",
+    ]);
+    // A client certificate the CA signs, for mutual TLS.
+    let mut args = vec!["req"];
+    args.extend(ec);
+    args.extend([
+        "-keyout",
+        "client.key",
+        "-out",
+        "client.csr",
+        "-subj",
+        "/CN=tidemark-client",
+    ]);
+    run(&args);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-out",
+        "client.pem",
+        "-days",
+        "2",
     ]);
 }
 

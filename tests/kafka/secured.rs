@@ -394,3 +394,39 @@ fn probe_reports_the_connection_and_what_the_pipeline_may_do() {
         "{out}"
     );
 }
+
+#[test]
+fn mutual_tls_admits_a_client_with_its_certificate_and_refuses_one_without() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let broker = common::Broker::start_mtls();
+    // librdkafka with the client's certificate: create a topic, write to it.
+    broker.create_topic("events", 1);
+    let producer: BaseProducer = secured::client_config(&broker.addr).create().unwrap();
+    for i in 0..10 {
+        producer
+            .send(
+                BaseRecord::<str, str>::to("events")
+                    .key("k")
+                    .payload(&i.to_string()),
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    // The raw-log reader with the same properties reads them.
+    let log =
+        tidemark::kafka::raw_log::read_topic(secured::brokers(&broker.addr), "events").unwrap();
+    assert_eq!(log.committed.len(), 10);
+    // Without a client certificate the connection is refused, with what to set.
+    let without = secured::security_with(&broker.addr, |p| {
+        p.remove("ssl.certificate.location");
+        p.remove("ssl.key.location");
+    });
+    let err = tidemark::kafka::raw_log::RawClient::open(&broker.addr, &without)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("ssl.certificate.location"),
+        "no hint at the client certificate: {err}"
+    );
+}
