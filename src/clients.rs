@@ -6,8 +6,10 @@
 //! `partition.assignment.strategy` is set (see [`crate::kafka::assignor`]). A configured `instance_id` is also its `group.instance.id` (static membership).
 //! User properties from `[kafka.properties]` come last, except the ones tidemark owns.
 
-use crate::config::{KafkaSpec, OffsetReset};
+use crate::config::{ClientSettings, KafkaSpec, OffsetReset};
+use crate::kafka::secure::{Brokers, Secret};
 use rdkafka::{ClientConfig, Offset};
+use std::collections::BTreeMap;
 
 /// The position `auto.offset.reset` names, used for a partition on which no transaction has
 /// ever committed; `None` for a value tidemark does not accept (see [`OffsetReset::parse`]).
@@ -30,17 +32,37 @@ pub fn base_config(k: &KafkaSpec) -> ClientConfig {
     c
 }
 
+/// The configuration of a client of a command outside a pipeline (`produce`): the bootstrap
+/// servers and every property of `s`, secrets included.
+pub fn command_config(s: &ClientSettings) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    apply(&mut c, &s.brokers, &s.properties, &s.secrets, |_| true);
+    c
+}
+
 /// Sets the bootstrap servers and the user's properties that `keep` keeps, secrets included, on
+/// `c`.
+fn user_settings(c: &mut ClientConfig, k: &KafkaSpec, keep: impl Fn(&str) -> bool) {
+    apply(c, &k.brokers, &k.properties, &k.secrets, keep);
+}
+
+/// Sets `brokers`' bootstrap servers, and the `properties` and `secrets` that `keep` keeps, on
 /// `c`. (Never copied from another configuration: `ClientConfig::config_map` hides secrets'
 /// values behind a placeholder.)
-fn user_settings(c: &mut ClientConfig, k: &KafkaSpec, keep: impl Fn(&str) -> bool) {
-    c.set("bootstrap.servers", k.brokers.bootstrap());
-    for (key, value) in &k.properties {
+fn apply(
+    c: &mut ClientConfig,
+    brokers: &Brokers,
+    properties: &BTreeMap<String, String>,
+    secrets: &BTreeMap<String, Secret>,
+    keep: impl Fn(&str) -> bool,
+) {
+    c.set("bootstrap.servers", brokers.bootstrap());
+    for (key, value) in properties {
         if keep(key) {
             c.set(key, value);
         }
     }
-    for (key, value) in &k.secrets {
+    for (key, value) in secrets {
         if keep(key) {
             c.set(key, value.expose());
         }

@@ -165,7 +165,8 @@ pub fn ensure_topic(
     topic: &str,
     partitions: i32,
 ) -> Result<(), ProduceError> {
-    let admin: AdminClient<DefaultClientContext> = client.client_config().create()?;
+    let admin: AdminClient<DefaultClientContext> =
+        crate::clients::command_config(client).create()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -187,7 +188,9 @@ pub fn ensure_topic(
 /// Produces the events; returns how many were sent.
 pub fn run(o: &ProduceOptions) -> Result<u64, ProduceError> {
     ensure_topic(&o.client, &o.topic, o.partitions)?;
-    let producer: BaseProducer = o.client.client_config().set("linger.ms", "5").create()?;
+    let producer: BaseProducer = crate::clients::command_config(&o.client)
+        .set("linger.ms", "5")
+        .create()?;
     let schema = crate::input::avro::parse_schema("event schema", o.kind.schema())?;
     let mut x: u64 = 0x2545_F491_4F6C_DD1D ^ wall_ms() as u64;
     let start = Instant::now();

@@ -292,19 +292,6 @@ impl ClientSettings {
             _ => Err(super::ConfigError::Invalid(c.violations)),
         }
     }
-
-    /// A librdkafka configuration with these settings.
-    pub fn client_config(&self) -> rdkafka::ClientConfig {
-        let mut c = rdkafka::ClientConfig::new();
-        c.set("bootstrap.servers", self.brokers.bootstrap());
-        for (key, value) in &self.properties {
-            c.set(key, value);
-        }
-        for (key, value) in &self.secrets {
-            c.set(key, value.expose());
-        }
-        c
-    }
 }
 
 /// The security settings the properties and secrets give, each problem recorded in `c` under

@@ -62,14 +62,14 @@ pub fn brokers(addr: &str) -> Brokers {
 
 /// A librdkafka configuration for the brokers at `addr`.
 pub fn client_config(addr: &str) -> rdkafka::ClientConfig {
-    let mut c = rdkafka::ClientConfig::new();
-    c.set("bootstrap.servers", addr);
-    if !properties(addr).is_empty() {
-        let settings =
-            tidemark::config::ClientSettings::new(addr, &properties(addr)).expect("bed settings");
-        c = settings.client_config();
+    let props = properties(addr);
+    if props.is_empty() {
+        let mut c = rdkafka::ClientConfig::new();
+        c.set("bootstrap.servers", addr);
+        return c;
     }
-    c
+    let settings = tidemark::config::ClientSettings::new(addr, &props).expect("bed settings");
+    tidemark::clients::command_config(&settings)
 }
 
 /// Lines for a pipeline's `[kafka.properties]` that reach the brokers at `addr`.
